@@ -1,0 +1,38 @@
+# zipccl: the two commands. Each installs what is missing, configures and builds
+# (incrementally), then runs the default test suites or the demo.
+BUILD ?= build
+MESON_SETUP_ARGS ?=
+
+.PHONY: all deps build test test-slow demo bench docs clean
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) $(MESON_SETUP_ARGS)
+
+build: deps $(BUILD)/build.ninja
+	meson compile -C $(BUILD)
+
+# Default suites (unit, integration, plugin); ends with "N passed, N failed".
+test: build
+	@./scripts/run-tests.sh $(BUILD)
+
+# The long benchmarks and emulated-cluster runs.
+test-slow: build
+	@./scripts/run-tests.sh $(BUILD) --suite slow
+
+demo: build
+	./$(BUILD)/examples/qsgd_fmnist
+
+bench: build
+	./$(BUILD)/bench/codec_bench
+
+# Regenerates docs/env-vars.md and the README table from common/params.def.
+docs: build
+	./scripts/update-docs.sh $(BUILD)/tools/zipccl-info
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,20 @@
+/* Codec parameters from the configuration table (ZIPCCL_QSGD_* and friends). */
+#include "codec/codec.h"
+#include "common/config.h"
+
+zc_status_t zc_codec_params_from_config(const zc_config_t *cfg, zc_codec_id_t codec,
+                                        zc_codec_params_t *params_p)
+{
+    zc_codec_params_t p;
+
+    ZC_CHECK(zc_codec_params_default(codec, &p));
+    p.qsgd.levels = cfg->qsgd_levels == ZC_CONFIG_AUTO
+                        ? zc_qsgd_levels_for_bits((unsigned)cfg->qsgd_bits)
+                        : (uint32_t)cfg->qsgd_levels;
+    p.qsgd.bucket = (uint32_t)cfg->qsgd_bucket;
+    p.qsgd.scale = (zc_qsgd_scale_t)cfg->qsgd_scale;
+    p.qsgd.coding = (zc_qsgd_coding_t)cfg->qsgd_coding;
+    ZC_CHECK(zc_codec_params_check(&p));
+    *params_p = p;
+    return ZC_OK;
+}

@@ -1,0 +1,454 @@
+/*
+ * QSGD: stochastic quantization in buckets (Alistarh et al., "QSGD:
+ * Communication-Efficient SGD via Gradient Quantization and Encoding", 2017).
+ *
+ * Each bucket of d values is scaled by its largest magnitude or its L2 norm and
+ * every magnitude is rounded at random to one of the s + 1 levels k/s so that
+ * the expectation is the value (Lemma 3.1 (i)). The levels are then coded
+ * fixed-width or with the Elias-omega code of §3.2. Body layout (docs/codecs.md):
+ *
+ *   u32 bucket | u16 levels | u8 coding | u8 scale kind
+ *   per bucket, each starting on a byte boundary:
+ *     u32 scale word: f32 scale with the sign bit replaced by the bucket coding
+ *                     (0 fixed, 1 elias); a NaN scale marks a non-finite bucket
+ *     fixed: len codes of b bits, sign-magnitude, padded to a byte
+ *     elias: omega(nnz + 1), then per nonzero omega(gap) sign omega(k), padded
+ */
+#include "codec/codec.h"
+#include "codec/qsgd/qsgd.h"
+#include "common/compiler.h"
+#include "common/half.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QSGD_HEADER_BYTES 8
+#define QSGD_MAX_BUCKET (UINT32_C(1) << 24)
+#define QSGD_MAX_LEVELS 65535u
+#define QSGD_STACK_BUCKET 4096 /* buckets up to this size need no heap scratch */
+#define QSGD_FLAG_ELIAS UINT32_C(0x80000000)
+/* Values in one payload: the decoder refuses more, so the encoder must too. */
+#define QSGD_MAX_COUNT (UINT64_C(1) << 40)
+
+/* Fixed code width: a sign bit and enough bits for s. */
+static unsigned fixed_width(uint32_t s)
+{
+    return 1 + zc_bitlen32(s);
+}
+
+static zc_status_t qsgd_check(const zc_codec_params_t *p)
+{
+    if (p->qsgd.levels < 1 || p->qsgd.levels > QSGD_MAX_LEVELS || p->qsgd.bucket < 1 ||
+        p->qsgd.bucket > QSGD_MAX_BUCKET || (unsigned)p->qsgd.scale > ZC_QSGD_SCALE_L2 ||
+        (unsigned)p->qsgd.coding > ZC_QSGD_CODING_AUTO)
+        return ZC_ERR_INVALID_CONFIG;
+    return ZC_OK;
+}
+
+static uint64_t fixed_bucket_bytes(uint64_t len, unsigned b)
+{
+    return 4 + ZC_DIV_UP(len * b, 8);
+}
+
+/*
+ * Worst-case Elias bucket: omega(len + 1), then per nonzero omega(gap) + 1 + omega(k).
+ * omega(g) <= g + 2 for every g >= 1 and the gaps sum to at most len, so the gap
+ * codes take at most 3 len bits.
+ */
+static uint64_t elias_bucket_bytes(uint64_t len, uint32_t s)
+{
+    uint64_t bits = zc_elias_len((uint32_t)len + 1) + 3 * len + len * (1 + zc_elias_len(s));
+    return 4 + ZC_DIV_UP(bits, 8);
+}
+
+static uint64_t bucket_bytes_max(const zc_codec_params_t *p, uint64_t len)
+{
+    uint64_t fixed = fixed_bucket_bytes(len, fixed_width(p->qsgd.levels));
+    uint64_t elias = elias_bucket_bytes(len, p->qsgd.levels);
+    switch (p->qsgd.coding) {
+    case ZC_QSGD_CODING_FIXED: return fixed;
+    case ZC_QSGD_CODING_ELIAS: return elias;
+    default: return fixed < elias ? fixed : elias;
+    }
+}
+
+static size_t qsgd_bound(const zc_codec_params_t *p, uint64_t count)
+{
+    const uint64_t d = p->qsgd.bucket;
+
+    if (count > QSGD_MAX_COUNT)
+        return SIZE_MAX;
+    uint64_t full = count / d, tail = count % d;
+    uint64_t bytes = QSGD_HEADER_BYTES + full * bucket_bytes_max(p, d);
+    if (tail)
+        bytes += bucket_bytes_max(p, tail);
+    return bytes > SIZE_MAX ? SIZE_MAX : (size_t)bytes;
+}
+
+/* Bits of the Elias coding of one bucket's levels, without its scale word. */
+static uint64_t elias_bits(const int32_t *levels, size_t len)
+{
+    uint64_t bits = 0;
+    size_t nnz = 0, prev = (size_t)-1;
+
+    for (size_t i = 0; i < len; i++) {
+        if (levels[i] == 0)
+            continue;
+        uint32_t k = (uint32_t)abs(levels[i]);
+        bits += zc_elias_len((uint32_t)(i - prev)) + 1 + zc_elias_len(k);
+        prev = i;
+        nnz++;
+    }
+    return bits + zc_elias_len((uint32_t)nnz + 1);
+}
+
+/*
+ * Branch-free over zeros (which fall at random): every value computes its
+ * codes and puts zero bits when its level is zero. The writer lives in a local
+ * copy so that its state stays in registers.
+ */
+static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len)
+{
+    size_t nnz = 0, prev = (size_t)-1;
+
+    for (size_t i = 0; i < len; i++)
+        nnz += levels[i] != 0;
+    zc_elias_put(w, (uint32_t)nnz + 1);
+
+    zc_bitwriter_t lw = *w;
+    for (size_t i = 0; i < len; i++) {
+        int32_t l = levels[i];
+        uint32_t k = (uint32_t)abs(l);
+        size_t gap = i - prev;
+        if (ZC_UNLIKELY(gap >= ZC_ELIAS_TABLE_SIZE || k >= ZC_ELIAS_TABLE_SIZE)) {
+            if (l != 0) {
+                *w = lw;
+                zc_elias_put(w, (uint32_t)gap);
+                zc_bw_put(w, l < 0, 1);
+                zc_elias_put(w, k);
+                lw = *w;
+                prev = i;
+            }
+            continue;
+        }
+        /* gap code, sign and level code in one put: at most 19 + 1 + 19 bits */
+        uint32_t eg = zc_elias_enc_table[gap], ek = zc_elias_enc_table[k];
+        unsigned lg = eg >> 24;
+        uint64_t bits =
+            (eg & 0xffffffu) | (uint64_t)(l < 0) << lg | (uint64_t)(ek & 0xffffffu) << (lg + 1);
+        unsigned n = l != 0 ? lg + 1 + (ek >> 24) : 0;
+        zc_bw_put(&lw, bits, n);
+        prev = l != 0 ? i : prev;
+    }
+    *w = lw;
+}
+
+typedef struct qsgd_scratch {
+    float *values;   /* f16/bf16 input converted to f32 */
+    int32_t *levels; /* signed levels of one bucket */
+    float values_stack[QSGD_STACK_BUCKET];
+    int32_t levels_stack[QSGD_STACK_BUCKET];
+    void *heap;
+} qsgd_scratch_t;
+
+static zc_status_t scratch_init(qsgd_scratch_t *sc, size_t len)
+{
+    sc->heap = NULL;
+    if (len <= QSGD_STACK_BUCKET) {
+        sc->values = sc->values_stack;
+        sc->levels = sc->levels_stack;
+        return ZC_OK;
+    }
+    sc->heap = malloc(len * (sizeof(float) + sizeof(int32_t)));
+    if (!sc->heap)
+        return ZC_ERR_NO_MEMORY;
+    sc->values = sc->heap;
+    sc->levels = (int32_t *)(sc->values + len);
+    return ZC_OK;
+}
+
+/*
+ * Scale and levels of one bucket. Returns the scale; a non-finite bucket gets a
+ * NaN scale and all-zero levels, so it decodes to NaN whatever the coding.
+ */
+static float bucket_quantize(const zc_qsgd_kernels_t *kern, const zc_codec_params_t *p,
+                             const zc_qsgd_rng_t *rng, const float *x, size_t len, uint64_t first,
+                             int32_t *levels)
+{
+    const uint32_t s = p->qsgd.levels;
+    uint32_t max_bits = kern->max_abs_bits(x, len);
+    float scale;
+
+    if (max_bits >= 0x7f800000u) {
+        memset(levels, 0, len * sizeof(*levels));
+        return NAN;
+    }
+    if (p->qsgd.scale == ZC_QSGD_SCALE_L2) {
+        /* in double: the sum of squares of f32 values cannot overflow there; a norm
+         * beyond FLT_MAX is clamped, which keeps |x| <= scale and the estimate unbiased */
+        double norm = sqrt(kern->sum_squares(x, len));
+        scale = norm > FLT_MAX ? FLT_MAX : (float)norm;
+    } else {
+        scale = zc_f32_from_bits(max_bits);
+    }
+    if (scale == 0) {
+        memset(levels, 0, len * sizeof(*levels));
+        return 0;
+    }
+    float inv = (float)s / scale;
+    if (isfinite(inv)) {
+        kern->quantize(x, len, first, inv, s, rng, levels);
+    } else {
+        /* scale below s / FLT_MAX: quantize |x| / scale instead, same levels in exact math */
+        float tmp[64];
+        for (size_t i = 0; i < len; i += 64) {
+            size_t m = ZC_MIN(64, len - i);
+            for (size_t j = 0; j < m; j++)
+                tmp[j] = x[i + j] / scale;
+            zc_qsgd_kernels_scalar.quantize(tmp, m, first + i, (float)s, s, rng, levels + i);
+        }
+    }
+    return scale;
+}
+
+static zc_status_t qsgd_encode(const zc_codec_params_t *p, void *state, const zc_codec_rng_t *crng,
+                               zc_dtype_t dtype, const void *src, uint64_t count, uint8_t *dst,
+                               size_t cap, size_t *len_p)
+{
+    const zc_qsgd_kernels_t *kern = zc_qsgd_kernels();
+    const uint32_t s = p->qsgd.levels, d = p->qsgd.bucket;
+    const unsigned b = fixed_width(s);
+    const size_t esize = zc_dtype_size(dtype);
+    const zc_qsgd_rng_t rng = {
+        .key = {(uint32_t)crng->seed, (uint32_t)(crng->seed >> 32)},
+        .counter = crng->counter,
+        .rank = crng->rank,
+        .stream = crng->stream,
+    };
+    qsgd_scratch_t sc;
+    zc_bitwriter_t w;
+    zc_status_t status = ZC_OK;
+    size_t pos = QSGD_HEADER_BYTES;
+
+    if (count > QSGD_MAX_COUNT)
+        return ZC_ERR_INVALID_ARG; /* a payload no decoder would accept */
+    if (cap < QSGD_HEADER_BYTES)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    zc_store_le32(dst, d);
+    dst[4] = (uint8_t)s;
+    dst[5] = (uint8_t)(s >> 8);
+    dst[6] = (uint8_t)p->qsgd.coding;
+    dst[7] = (uint8_t)p->qsgd.scale;
+    ZC_CHECK(scratch_init(&sc, (size_t)ZC_MIN(count, (uint64_t)d)));
+
+    for (uint64_t first = 0; first < count; first += d) {
+        size_t len = (size_t)ZC_MIN((uint64_t)d, count - first);
+        const float *x = (const float *)((const char *)src + first * esize);
+        if (dtype != ZC_DTYPE_F32) {
+            zc_dtype_to_f32(dtype, (const char *)src + first * esize, len, sc.values);
+            x = sc.values;
+        }
+        float scale = bucket_quantize(kern, p, &rng, x, len, first, sc.levels);
+
+        uint64_t fixed_bits = (uint64_t)len * b;
+        int use_elias = p->qsgd.coding == ZC_QSGD_CODING_ELIAS;
+        if (p->qsgd.coding == ZC_QSGD_CODING_AUTO)
+            use_elias = ZC_DIV_UP(elias_bits(sc.levels, len), 8) < ZC_DIV_UP(fixed_bits, 8);
+
+        if (cap - pos < 4) {
+            status = ZC_ERR_BUFFER_TOO_SMALL;
+            break;
+        }
+        zc_store_le32(dst + pos,
+                      (zc_f32_bits(scale) & 0x7fffffffu) | (use_elias ? QSGD_FLAG_ELIAS : 0));
+        pos += 4;
+        if (use_elias) {
+            zc_bw_init(&w, dst + pos, cap - pos);
+            elias_write(&w, sc.levels, len);
+            size_t n = zc_bw_flush(&w);
+            if (n == SIZE_MAX) {
+                status = ZC_ERR_BUFFER_TOO_SMALL;
+                break;
+            }
+            pos += n;
+        } else {
+            size_t n = (size_t)ZC_DIV_UP(fixed_bits, 8);
+            if (cap - pos < n) {
+                status = ZC_ERR_BUFFER_TOO_SMALL;
+                break;
+            }
+            kern->pack(sc.levels, len, b, dst + pos);
+            pos += n;
+        }
+    }
+    free(sc.heap);
+    if (status == ZC_OK)
+        *len_p = pos;
+    return status;
+}
+
+/*
+ * A level's value, k * scale / s. In float as k * unit, except in buckets where
+ * that goes wrong: a subnormal unit (scale < s * FLT_MIN) has lost bits that
+ * bias every value of the bucket, up to all of them for unit = 0; and with a
+ * scale near FLT_MAX, k * unit can round past it to infinity. There it is done
+ * in double and rounded once: k <= s keeps it at most the scale.
+ */
+typedef struct level_scale {
+    float unit; /* scale / s */
+    float scale;
+    uint32_t s;
+    int exact; /* compute in double */
+} level_scale_t;
+
+static level_scale_t level_scale(float scale, uint32_t s)
+{
+    level_scale_t ls = {.unit = scale / (float)s, .scale = scale, .s = s};
+    ls.exact = (scale > 0 && ls.unit < FLT_MIN) || scale > 0x1p127f;
+    return ls;
+}
+
+static inline float level_value(const level_scale_t *ls, uint32_t k)
+{
+    return ls->exact ? (float)((double)k * ls->scale / ls->s) : (float)k * ls->unit;
+}
+
+/* Fixed codes of a bucket whose levels level_value computes in double. */
+static int unpack_add_exact(const uint8_t *src, size_t n, unsigned b, const level_scale_t *ls,
+                            float *dst)
+{
+    zc_bitreader_t r;
+    const uint32_t sign = UINT32_C(1) << (b - 1);
+    uint32_t worst = 0;
+
+    zc_br_init(&r, src, ZC_DIV_UP(n * b, 8));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t code = zc_br_get(&r, b);
+        uint32_t k = code & (sign - 1);
+        worst |= k > ls->s;
+        float v = level_value(ls, k);
+        dst[i] += code & sign ? -v : v;
+    }
+    return worst ? -1 : 0;
+}
+
+static zc_status_t elias_decode_add(zc_bitreader_t *r, size_t len, const level_scale_t *ls,
+                                    float *dst)
+{
+    const uint32_t s = ls->s;
+    uint32_t nnz_plus = zc_elias_get(r);
+    if (nnz_plus == 0 || nnz_plus - 1 > len)
+        return ZC_ERR_CORRUPT;
+    size_t pos = (size_t)-1;
+    for (uint32_t j = 0; j + 1 < nnz_plus; j++) {
+        uint32_t gap, neg, k;
+        /* fast path: gap code, sign and level code all in the next 25 bits */
+        if (r->nbits < 25)
+            zc_br_refill(r);
+        uint16_t eg = zc_elias_dec_table[r->acc & (ZC_ELIAS_TABLE_SIZE - 1)];
+        unsigned lg = eg >> 8;
+        uint16_t ek = zc_elias_dec_table[(r->acc >> (lg + 1)) & (ZC_ELIAS_TABLE_SIZE - 1)];
+        unsigned used = lg + 1 + (ek >> 8);
+        if (ZC_LIKELY(eg != 0 && ek != 0 && used <= r->nbits)) {
+            gap = eg & 0xffu;
+            neg = (uint32_t)(r->acc >> lg) & 1;
+            k = ek & 0xffu;
+            r->acc >>= used;
+            r->nbits -= used;
+        } else {
+            gap = zc_elias_get(r);
+            neg = zc_br_get(r, 1);
+            k = zc_elias_get(r);
+        }
+        if (gap == 0 || gap > len - (pos + 1) || k == 0 || k > s || r->overrun)
+            return ZC_ERR_CORRUPT;
+        pos += gap;
+        float v = level_value(ls, k);
+        dst[pos] += neg ? -v : v;
+    }
+    return r->overrun ? ZC_ERR_CORRUPT : ZC_OK;
+}
+
+static zc_status_t qsgd_decode_add(void *state, const uint8_t *body, size_t len, float *dst,
+                                   uint64_t count)
+{
+    const zc_qsgd_kernels_t *kern = zc_qsgd_kernels();
+
+    if (len < QSGD_HEADER_BYTES)
+        return ZC_ERR_CORRUPT;
+    const uint32_t d = zc_load_le32(body);
+    const uint32_t s = (uint32_t)body[4] | (uint32_t)body[5] << 8;
+    const unsigned coding = body[6];
+    if (d < 1 || d > QSGD_MAX_BUCKET || s < 1 || coding > ZC_QSGD_CODING_AUTO ||
+        body[7] > ZC_QSGD_SCALE_L2 || count > QSGD_MAX_COUNT)
+        return ZC_ERR_CORRUPT;
+    const unsigned b = fixed_width(s);
+
+    if (coding == ZC_QSGD_CODING_FIXED) {
+        /* the whole length is known: reject truncated and oversized payloads up front */
+        uint64_t full = count / d, tail = count % d;
+        uint64_t want = QSGD_HEADER_BYTES + full * fixed_bucket_bytes(d, b) +
+                        (tail ? fixed_bucket_bytes(tail, b) : 0);
+        if (want != len)
+            return ZC_ERR_CORRUPT;
+    }
+
+    size_t pos = QSGD_HEADER_BYTES;
+    for (uint64_t first = 0; first < count; first += d) {
+        size_t n = (size_t)ZC_MIN((uint64_t)d, count - first);
+        if (len - pos < 4)
+            return ZC_ERR_CORRUPT;
+        uint32_t word = zc_load_le32(body + pos);
+        pos += 4;
+        int elias = (word & QSGD_FLAG_ELIAS) != 0;
+        if ((coding == ZC_QSGD_CODING_FIXED && elias) || (coding == ZC_QSGD_CODING_ELIAS && !elias))
+            return ZC_ERR_CORRUPT;
+        float scale = zc_f32_from_bits(word & 0x7fffffffu);
+        const level_scale_t ls = level_scale(scale, s);
+        if (isinf(scale))
+            return ZC_ERR_CORRUPT; /* the encoder never writes an infinite scale */
+
+        if (elias) {
+            zc_bitreader_t r;
+            zc_br_init(&r, body + pos, len - pos);
+            if (isnan(scale)) {
+                /* a non-finite bucket: all levels are zero, every value decodes to NaN */
+                if (zc_elias_get(&r) != 1 || r.overrun)
+                    return ZC_ERR_CORRUPT;
+                for (size_t i = 0; i < n; i++)
+                    dst[first + i] += scale;
+            } else {
+                ZC_CHECK(elias_decode_add(&r, n, &ls, dst + first));
+            }
+            zc_br_align(&r);
+            pos += zc_br_consumed(&r);
+        } else {
+            size_t bytes = (size_t)ZC_DIV_UP((uint64_t)n * b, 8);
+            if (len - pos < bytes)
+                return ZC_ERR_CORRUPT;
+            if (isnan(scale)) {
+                for (size_t i = 0; i < n; i++)
+                    dst[first + i] += scale;
+            } else {
+                int bad = ls.exact ? unpack_add_exact(body + pos, n, b, &ls, dst + first)
+                                   : kern->unpack_add(body + pos, n, b, s, ls.unit, dst + first);
+                if (bad < 0)
+                    return ZC_ERR_CORRUPT;
+            }
+            pos += bytes;
+        }
+    }
+    return pos == len ? ZC_OK : ZC_ERR_CORRUPT;
+}
+
+const zc_codec_ops_t zc_codec_qsgd_ops = {
+    .name = "qsgd",
+    .id = ZC_CODEC_QSGD,
+    .caps = ZC_CODEC_CAP_STATELESS | ZC_CODEC_CAP_UNBIASED,
+    .check = qsgd_check,
+    .bound = qsgd_bound,
+    .encode = qsgd_encode,
+    .decode_add = qsgd_decode_add,
+};

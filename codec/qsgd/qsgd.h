@@ -1,0 +1,105 @@
+/*
+ * QSGD internals: the per-CPU-level kernels and the Elias-omega code.
+ * The orchestration (buckets, scales, coding choice, payload layout) is in qsgd.c;
+ * the layout itself is documented in docs/codecs.md.
+ */
+#ifndef ZC_CODEC_QSGD_H
+#define ZC_CODEC_QSGD_H
+
+#include "common/bitio.h"
+#include "common/cpu.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Philox key and the three counter words fixed for one encode call. */
+typedef struct zc_qsgd_rng {
+    uint32_t key[2];
+    uint32_t counter, rank, stream;
+} zc_qsgd_rng_t;
+
+/*
+ * Element i of the tensor draws u_i = philox(ctr, key)[w] with
+ *   ctr = ((i >> 6) * 16 + (i & 15), counter, rank, stream),  w = (i >> 4) & 3,
+ * so that one Philox call per 16 lanes covers 64 consecutive elements: element
+ * offset (i & 63) = w * 16 + lane. SIMD lanes and GPU threads draw without shuffles.
+ */
+void zc_qsgd_draw_group(const zc_qsgd_rng_t *rng, uint64_t group, uint32_t u[64]);
+
+typedef struct zc_qsgd_kernels {
+    /* Largest |x| bit pattern (sign cleared): >= 0x7f800000 means a NaN or Inf. */
+    uint32_t (*max_abs_bits)(const float *x, size_t n);
+    double (*sum_squares)(const float *x, size_t n);
+    /*
+     * levels[i] = sign(x[i]) * k with k = floor(r) + [u < frac(r) * 2^32],
+     * r = min(|x[i]| * inv, s), u the draw of element first + i. E[k] = r: unbiased.
+     */
+    void (*quantize)(const float *x, size_t n, uint64_t first, float inv, uint32_t s,
+                     const zc_qsgd_rng_t *rng, int32_t *levels);
+    /* Packs levels as b-bit sign-magnitude codes (sign in bit b-1), LSB first, into
+     * ceil(n * b / 8) bytes. */
+    void (*pack)(const int32_t *levels, size_t n, unsigned b, uint8_t *dst);
+    /* Inverse of pack, adding code * unit into dst; returns -1 if a magnitude exceeds s. */
+    int (*unpack_add)(const uint8_t *src, size_t n, unsigned b, uint32_t s, float unit, float *dst);
+} zc_qsgd_kernels_t;
+
+extern const zc_qsgd_kernels_t zc_qsgd_kernels_scalar;
+#if defined(__x86_64__)
+extern const zc_qsgd_kernels_t zc_qsgd_kernels_avx512;
+#endif
+
+/* The kernels for the current CPU level (zc_cpu_level()). */
+const zc_qsgd_kernels_t *zc_qsgd_kernels(void);
+
+/*
+ * Elias omega (the paper's recursive Elias code) of k >= 1, in elias.c. The
+ * codes of small values come from tables that elias_gen builds from
+ * zc_elias_put_slow at compile time (elias_table.c in the build folder):
+ *   zc_elias_enc_table[k], k < 4096: the code's bits (as written, LSB first) | length << 24
+ *   zc_elias_dec_table[w]: for the next 12 stream bits w, value | length << 8 of the
+ *                          code they begin with, or 0 when that code is longer
+ */
+#define ZC_ELIAS_TABLE_BITS 12
+#define ZC_ELIAS_TABLE_SIZE (1u << ZC_ELIAS_TABLE_BITS)
+
+extern const uint32_t zc_elias_enc_table[ZC_ELIAS_TABLE_SIZE];
+extern const uint16_t zc_elias_dec_table[ZC_ELIAS_TABLE_SIZE];
+
+void zc_elias_put_slow(zc_bitwriter_t *w, uint32_t k);
+/* Reads one code; returns 0 (never a valid value) on a malformed or overlong code. */
+uint32_t zc_elias_get_slow(zc_bitreader_t *r);
+
+static inline unsigned zc_elias_len(uint32_t k)
+{
+    if (ZC_LIKELY(k < ZC_ELIAS_TABLE_SIZE))
+        return zc_elias_enc_table[k] >> 24;
+    unsigned len = 1;
+    while (k > 1) {
+        unsigned b = zc_bitlen32(k);
+        len += b;
+        k = b - 1;
+    }
+    return len;
+}
+
+static inline void zc_elias_put(zc_bitwriter_t *w, uint32_t k)
+{
+    if (ZC_LIKELY(k < ZC_ELIAS_TABLE_SIZE)) {
+        uint32_t e = zc_elias_enc_table[k];
+        zc_bw_put(w, e & 0xffffffu, e >> 24);
+    } else {
+        zc_elias_put_slow(w, k);
+    }
+}
+
+static inline uint32_t zc_elias_get(zc_bitreader_t *r)
+{
+    uint16_t e = zc_elias_dec_table[zc_br_peek(r, ZC_ELIAS_TABLE_BITS)];
+    if (ZC_LIKELY(e != 0)) {
+        zc_br_skip(r, e >> 8);
+        return e & 0xffu;
+    }
+    return zc_elias_get_slow(r);
+}
+
+#endif

@@ -1,0 +1,30 @@
+/* Compiler helpers and the error-propagation macros used in every layer. */
+#ifndef ZC_COMMON_COMPILER_H
+#define ZC_COMMON_COMPILER_H
+
+#define ZC_EXPORT __attribute__((visibility("default")))
+#define ZC_LIKELY(x) __builtin_expect(!!(x), 1)
+#define ZC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define ZC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define ZC_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#define ZC_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define ZC_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define ZC_DIV_UP(a, b) (((a) + (b)-1) / (b))
+
+/* Return the status of @p expr from the calling function when it is an error. */
+#define ZC_CHECK(expr)                                                                             \
+    do {                                                                                           \
+        zc_status_t zc_check_status_ = (expr);                                                     \
+        if (ZC_UNLIKELY(zc_check_status_ < 0))                                                     \
+            return zc_check_status_;                                                               \
+    } while (0)
+
+/* Store the status of @p expr in @p status and jump to @p label when it is an error. */
+#define ZC_CHECK_GOTO(expr, status, label)                                                         \
+    do {                                                                                           \
+        (status) = (expr);                                                                         \
+        if (ZC_UNLIKELY((status) < 0))                                                             \
+            goto label;                                                                            \
+    } while (0)
+
+#endif

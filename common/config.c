@@ -1,0 +1,348 @@
+#include "common/config.h"
+#include "common/compiler.h"
+#include "common/log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+extern char **environ;
+
+static const zc_param_desc_t params[] = {
+#define ZC_PARAM(kind, field, suffix, def, min, max, choices, doc)                                 \
+    {ZC_PARAM_KIND_##kind,                                                                         \
+     ZC_CONFIG_PREFIX suffix,                                                                      \
+     offsetof(zc_config_t, field),                                                                 \
+     def,                                                                                          \
+     min,                                                                                          \
+     max,                                                                                          \
+     choices,                                                                                      \
+     doc},
+#include "common/params.def"
+#undef ZC_PARAM
+};
+
+size_t zc_param_count(void)
+{
+    return ZC_ARRAY_SIZE(params);
+}
+
+const zc_param_desc_t *zc_param_at(size_t index)
+{
+    return index < ZC_ARRAY_SIZE(params) ? &params[index] : NULL;
+}
+
+const zc_param_desc_t *zc_param_find(const char *name)
+{
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(params); i++)
+        if (strcmp(params[i].name, name) == 0)
+            return &params[i];
+    return NULL;
+}
+
+const char *zc_param_kind_name(zc_param_kind_t kind)
+{
+    switch (kind) {
+    case ZC_PARAM_KIND_INT: return "integer";
+    case ZC_PARAM_KIND_INT_OR_AUTO: return "integer or auto";
+    case ZC_PARAM_KIND_SIZE: return "size";
+    case ZC_PARAM_KIND_ENUM: return "enum";
+    case ZC_PARAM_KIND_BOOL: return "boolean";
+    }
+    return "?";
+}
+
+static int64_t *param_field(const zc_param_desc_t *param, zc_config_t *cfg)
+{
+    return (int64_t *)((char *)cfg + param->offset);
+}
+
+static const char *skip_space(const char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    return s;
+}
+
+static int rest_is_space(const char *s)
+{
+    return *skip_space(s) == '\0';
+}
+
+/* Index of @p word in the comma-separated @p choices, case-insensitive; -1 if absent. */
+static int64_t enum_index(const char *choices, const char *word, size_t word_len)
+{
+    int64_t index = 0;
+    for (const char *c = choices; *c; index++) {
+        size_t len = strcspn(c, ",");
+        if (len == word_len && strncasecmp(c, word, len) == 0)
+            return index;
+        c += len;
+        if (*c == ',')
+            c++;
+    }
+    return -1;
+}
+
+/*
+ * Decimal, or hexadecimal after "0x". Not strtoll's base 0: its octal reading of a
+ * leading zero would turn ZIPCCL_QSGD_BUCKET=0512 into 330 and reject "08".
+ */
+static int parse_int(const char *value, int64_t *v_p, const char **end_p)
+{
+    const char *digits = value + (*value == '+' || *value == '-');
+    int base = digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X') ? 16 : 10;
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, base);
+    if (end == value || errno == ERANGE)
+        return -1;
+    *v_p = v;
+    *end_p = end;
+    return 0;
+}
+
+static int parse_size(const char *value, int64_t *v_p)
+{
+    static const struct {
+        const char *suffix;
+        int shift;
+    } units[] = {
+        {"", 0},     {"b", 0},  {"k", 10},  {"kb", 10},  {"kib", 10}, {"m", 20},  {"mb", 20},
+        {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30}, {"t", 40},   {"tb", 40}, {"tib", 40},
+    };
+    const char *end;
+    int64_t v;
+
+    if (parse_int(value, &v, &end) < 0 || v < 0)
+        return -1;
+    end = skip_space(end);
+    size_t len = strlen(end);
+    while (len > 0 && isspace((unsigned char)end[len - 1]))
+        len--;
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(units); i++) {
+        if (strlen(units[i].suffix) == len && strncasecmp(units[i].suffix, end, len) == 0) {
+            if (v > (INT64_MAX >> units[i].shift))
+                return -1;
+            *v_p = v << units[i].shift;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+zc_status_t zc_param_parse(const zc_param_desc_t *param, const char *value, int64_t *value_p)
+{
+    const char *end;
+    int64_t v;
+
+    value = skip_space(value);
+    size_t len = strlen(value);
+    while (len > 0 && isspace((unsigned char)value[len - 1]))
+        len--;
+
+    switch (param->kind) {
+    case ZC_PARAM_KIND_INT_OR_AUTO:
+        if (len == 4 && strncasecmp(value, "auto", 4) == 0) {
+            *value_p = ZC_CONFIG_AUTO;
+            return ZC_OK;
+        }
+        /* fall through */
+    case ZC_PARAM_KIND_INT:
+        if (parse_int(value, &v, &end) < 0 || !rest_is_space(end))
+            return ZC_ERR_INVALID_CONFIG;
+        break;
+    case ZC_PARAM_KIND_SIZE:
+        if (parse_size(value, &v) < 0)
+            return ZC_ERR_INVALID_CONFIG;
+        break;
+    case ZC_PARAM_KIND_ENUM:
+        v = enum_index(param->choices, value, len);
+        if (v < 0)
+            return ZC_ERR_INVALID_CONFIG;
+        *value_p = v;
+        return ZC_OK;
+    case ZC_PARAM_KIND_BOOL:
+        v = enum_index("0,n,no,off,false", value, len);
+        if (v >= 0) {
+            *value_p = 0;
+            return ZC_OK;
+        }
+        v = enum_index("1,y,yes,on,true", value, len);
+        if (v < 0)
+            return ZC_ERR_INVALID_CONFIG;
+        *value_p = 1;
+        return ZC_OK;
+    default: return ZC_ERR_INTERNAL;
+    }
+    if (v < param->min || v > param->max)
+        return ZC_ERR_INVALID_CONFIG;
+    *value_p = v;
+    return ZC_OK;
+}
+
+static void format_size(int64_t v, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    size_t u = 0;
+    while (u + 1 < ZC_ARRAY_SIZE(units) && v != 0 && (v & 1023) == 0) {
+        v >>= 10;
+        u++;
+    }
+    snprintf(buf, len, "%" PRId64 "%s", v, units[u]);
+}
+
+static void enum_name(const char *choices, int64_t index, char *buf, size_t len)
+{
+    const char *c = choices;
+    for (int64_t i = 0; i < index && c; i++) {
+        c = strchr(c, ',');
+        if (c)
+            c++;
+    }
+    if (!c) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    snprintf(buf, len, "%.*s", (int)strcspn(c, ","), c);
+}
+
+void zc_param_format(const zc_param_desc_t *param, const zc_config_t *cfg, char *buf, size_t len)
+{
+    int64_t v = *param_field(param, (zc_config_t *)cfg);
+
+    switch (param->kind) {
+    case ZC_PARAM_KIND_INT_OR_AUTO:
+        if (v == ZC_CONFIG_AUTO) {
+            snprintf(buf, len, "auto");
+            break;
+        }
+        /* fall through */
+    case ZC_PARAM_KIND_INT: snprintf(buf, len, "%" PRId64, v); break;
+    case ZC_PARAM_KIND_SIZE: format_size(v, buf, len); break;
+    case ZC_PARAM_KIND_ENUM: enum_name(param->choices, v, buf, len); break;
+    case ZC_PARAM_KIND_BOOL: snprintf(buf, len, "%d", v ? 1 : 0); break;
+    }
+}
+
+void zc_param_range(const zc_param_desc_t *param, char *buf, size_t len)
+{
+    char lo[32], hi[32];
+
+    if (len == 0)
+        return;
+    switch (param->kind) {
+    case ZC_PARAM_KIND_INT:
+    case ZC_PARAM_KIND_INT_OR_AUTO:
+        snprintf(buf, len, "%" PRId64 "..%" PRId64 "%s", param->min, param->max,
+                 param->kind == ZC_PARAM_KIND_INT_OR_AUTO ? " or auto" : "");
+        break;
+    case ZC_PARAM_KIND_SIZE:
+        format_size(param->min, lo, sizeof(lo));
+        format_size(param->max, hi, sizeof(hi));
+        snprintf(buf, len, "%s..%s", lo, hi);
+        break;
+    case ZC_PARAM_KIND_ENUM: {
+        size_t i = 0;
+        for (const char *c = param->choices; *c && i + 1 < len; c++)
+            buf[i++] = *c == ',' ? '|' : *c;
+        buf[i] = '\0';
+        break;
+    }
+    case ZC_PARAM_KIND_BOOL: snprintf(buf, len, "0|1"); break;
+    }
+}
+
+void zc_config_defaults(zc_config_t *cfg)
+{
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(params); i++) {
+        zc_status_t status =
+            zc_param_parse(&params[i], params[i].def, param_field(&params[i], cfg));
+        if (status != ZC_OK)
+            *param_field(&params[i], cfg) = 0; /* the config test rejects such a table */
+    }
+}
+
+size_t zc_edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    size_t row[128];
+
+    if (lb + 1 > ZC_ARRAY_SIZE(row))
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t cost = toupper((unsigned char)a[i - 1]) != toupper((unsigned char)b[j - 1]);
+            row[j] = ZC_MIN(ZC_MIN(row[j] + 1, row[j - 1] + 1), diag + cost);
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+static void warn_unknown(const char *name, size_t name_len)
+{
+    char buf[128];
+    const char *best = NULL;
+    size_t best_dist = SIZE_MAX;
+
+    snprintf(buf, sizeof(buf), "%.*s", (int)name_len, name);
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(params); i++) {
+        size_t d = zc_edit_distance(buf, params[i].name);
+        if (d < best_dist) {
+            best_dist = d;
+            best = params[i].name;
+        }
+    }
+    if (best && best_dist <= ZC_MAX(strlen(buf) / 3, 2))
+        ZC_WARN("unknown variable %s ignored; did you mean %s?", buf, best);
+    else
+        ZC_WARN("unknown variable %s ignored (zipccl-info lists the known ones)", buf);
+}
+
+zc_status_t zc_config_load(char *const *envp, zc_config_t *cfg_p)
+{
+    zc_config_t cfg;
+    const size_t prefix_len = strlen(ZC_CONFIG_PREFIX);
+
+    zc_config_defaults(&cfg);
+    if (!envp)
+        envp = environ;
+    for (; envp && *envp; envp++) {
+        const char *entry = *envp;
+        const char *eq = strchr(entry, '=');
+        if (!eq || strncmp(entry, ZC_CONFIG_PREFIX, prefix_len) != 0)
+            continue;
+        size_t name_len = (size_t)(eq - entry);
+        const zc_param_desc_t *param = NULL;
+        for (size_t i = 0; i < ZC_ARRAY_SIZE(params); i++) {
+            if (strlen(params[i].name) == name_len &&
+                strncmp(params[i].name, entry, name_len) == 0) {
+                param = &params[i];
+                break;
+            }
+        }
+        if (!param) {
+            warn_unknown(entry, name_len);
+            continue;
+        }
+        if (zc_param_parse(param, eq + 1, param_field(param, &cfg)) != ZC_OK) {
+            char range[256];
+            zc_param_range(param, range, sizeof(range));
+            ZC_ERROR("invalid %s=\"%s\": expected %s %s", param->name, eq + 1,
+                     zc_param_kind_name(param->kind), range);
+            return ZC_ERR_INVALID_CONFIG;
+        }
+    }
+    *cfg_p = cfg;
+    return ZC_OK;
+}

@@ -1,0 +1,70 @@
+/*
+ * The configuration object: every ZIPCCL_* variable, read once into an
+ * immutable zc_config_t that is passed down explicitly. Tests build configs
+ * from their own "NAME=VALUE" arrays without touching the environment.
+ */
+#ifndef ZC_COMMON_CONFIG_H
+#define ZC_COMMON_CONFIG_H
+
+#include <zipccl/zipccl_status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ZC_CONFIG_PREFIX "ZIPCCL_"
+#define ZC_CONFIG_AUTO INT64_C(-1) /* stored for "auto" by INT_OR_AUTO */
+
+typedef enum zc_param_kind {
+    ZC_PARAM_KIND_INT,
+    ZC_PARAM_KIND_INT_OR_AUTO,
+    ZC_PARAM_KIND_SIZE,
+    ZC_PARAM_KIND_ENUM,
+    ZC_PARAM_KIND_BOOL,
+} zc_param_kind_t;
+
+typedef struct zc_config {
+#define ZC_PARAM(kind, field, suffix, def, min, max, choices, doc) int64_t field;
+#include "common/params.def"
+#undef ZC_PARAM
+} zc_config_t;
+
+typedef struct zc_param_desc {
+    zc_param_kind_t kind;
+    const char *name; /* full variable name, "ZIPCCL_SEED" */
+    size_t offset;    /* of the int64_t field in zc_config_t */
+    const char *def;  /* default, as text */
+    int64_t min, max;
+    const char *choices; /* ENUM: comma-separated names */
+    const char *doc;
+} zc_param_desc_t;
+
+/* The table, in params.def order. */
+size_t zc_param_count(void);
+const zc_param_desc_t *zc_param_at(size_t index);
+const zc_param_desc_t *zc_param_find(const char *name);
+const char *zc_param_kind_name(zc_param_kind_t kind);
+
+/* Fills @p cfg with every default. Cannot fail: the defaults are checked by the tests. */
+void zc_config_defaults(zc_config_t *cfg);
+
+/*
+ * Parses @p envp ("NAME=VALUE" strings, NULL-terminated; NULL means the process
+ * environment) over the defaults. A bad value logs an error naming the variable
+ * and the accepted values, and returns ZC_ERR_INVALID_CONFIG with @p cfg_p
+ * untouched. An unknown ZIPCCL_* name logs a warning with the closest known name.
+ */
+zc_status_t zc_config_load(char *const *envp, zc_config_t *cfg_p);
+
+/* Parses one @p value for @p param into @p value_p; ZC_ERR_INVALID_CONFIG (not logged) if bad. */
+zc_status_t zc_param_parse(const zc_param_desc_t *param, const char *value, int64_t *value_p);
+
+/* Writes the value of @p param in @p cfg as text, the inverse of zc_param_parse. */
+void zc_param_format(const zc_param_desc_t *param, const zc_config_t *cfg, char *buf, size_t len);
+
+/* Writes the accepted values of @p param ("2..17", "max|l2", "0B..1TiB") into @p buf. */
+void zc_param_range(const zc_param_desc_t *param, char *buf, size_t len);
+
+/* Edit distance between two strings, for "did you mean" suggestions. */
+size_t zc_edit_distance(const char *a, const char *b);
+
+#endif
