@@ -3,11 +3,14 @@
 #include "common/compiler.h"
 #include "common/half.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const zc_codec_ops_t *const registry[ZC_CODEC_COUNT] = {
-    [ZC_CODEC_NONE] = &zc_codec_none_ops,
-    [ZC_CODEC_QSGD] = &zc_codec_qsgd_ops,
+    [ZC_CODEC_NONE] = &zc_codec_none_ops, [ZC_CODEC_QSGD] = &zc_codec_qsgd_ops,
+    [ZC_CODEC_FP16] = &zc_codec_fp16_ops, [ZC_CODEC_BF16] = &zc_codec_bf16_ops,
+    [ZC_CODEC_TOPK] = &zc_codec_topk_ops, [ZC_CODEC_GRADIVEQ] = &zc_codec_gradiveq_ops,
 };
 
 const zc_codec_ops_t *zc_codec_ops(zc_codec_id_t codec)
@@ -44,6 +47,27 @@ void zc_dtype_to_f32(zc_dtype_t dtype, const void *src, size_t count, float *dst
     }
 }
 
+void zc_dtype_add_f32(zc_dtype_t dtype, const void *src, size_t count, float *dst)
+{
+    const uint16_t *h = src;
+    const float *f = src;
+
+    switch (dtype) {
+    case ZC_DTYPE_F32:
+        for (size_t i = 0; i < count; i++)
+            dst[i] += f[i];
+        break;
+    case ZC_DTYPE_F16:
+        for (size_t i = 0; i < count; i++)
+            dst[i] += zc_f16_to_f32(h[i]);
+        break;
+    case ZC_DTYPE_BF16:
+        for (size_t i = 0; i < count; i++)
+            dst[i] += zc_bf16_to_f32(h[i]);
+        break;
+    }
+}
+
 ZC_EXPORT const char *zc_codec_name(zc_codec_id_t codec)
 {
     const zc_codec_ops_t *ops = zc_codec_ops(codec);
@@ -63,6 +87,12 @@ ZC_EXPORT zc_status_t zc_codec_find(const char *name, zc_codec_id_t *codec_p)
     return ZC_ERR_INVALID_ARG;
 }
 
+ZC_EXPORT unsigned zc_codec_caps(zc_codec_id_t codec)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(codec);
+    return ops ? ops->caps : 0;
+}
+
 ZC_EXPORT uint32_t zc_qsgd_levels_for_bits(unsigned bits)
 {
     return bits >= 2 && bits <= 17 ? (UINT32_C(1) << (bits - 1)) - 1 : 0;
@@ -78,6 +108,14 @@ ZC_EXPORT zc_status_t zc_codec_params_default(zc_codec_id_t codec, zc_codec_para
     params_p->qsgd.bucket = 512;
     params_p->qsgd.scale = ZC_QSGD_SCALE_MAX;
     params_p->qsgd.coding = ZC_QSGD_CODING_FIXED;
+    params_p->topk.density = 0.01;
+    params_p->topk.values = ZC_TOPK_VALUES_F32;
+    params_p->gradiveq.slice = 64;
+    params_p->gradiveq.dim = 0;
+    params_p->gradiveq.energy = 0.99;
+    params_p->gradiveq.ranks = 1;
+    params_p->gradiveq.samples = 1024;
+    params_p->gradiveq.refresh = 0;
     return ZC_OK;
 }
 
@@ -130,30 +168,146 @@ ZC_EXPORT zc_status_t zc_payload_info(const void *src, size_t len, zc_payload_in
     return ZC_OK;
 }
 
-ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, void *state,
+static int error_feedback(const zc_codec_params_t *params)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
+    return ops->error_feedback && ops->error_feedback(params);
+}
+
+ZC_EXPORT int zc_codec_needs_state(const zc_codec_params_t *params)
+{
+    if (zc_codec_params_check(params) != ZC_OK)
+        return 0;
+    return error_feedback(params) || zc_codec_ops(params->codec)->state_init != NULL;
+}
+
+ZC_EXPORT void zc_codec_state_destroy(zc_codec_state_t *state)
+{
+    if (!state)
+        return;
+    const zc_codec_ops_t *ops = zc_codec_ops(state->params.codec);
+    if (state->priv && ops && ops->state_fini)
+        ops->state_fini(state);
+    free(state->residual);
+    free(state);
+}
+
+ZC_EXPORT zc_status_t zc_codec_state_create(const zc_codec_params_t *params, uint64_t count,
+                                            zc_codec_state_t **state_p)
+{
+    zc_status_t status;
+
+    if (!params || !state_p || count > SIZE_MAX / sizeof(float))
+        return ZC_ERR_INVALID_ARG;
+    ZC_CHECK(zc_codec_params_check(params));
+    const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
+    zc_codec_state_t *state = calloc(1, sizeof(*state));
+    if (!state)
+        return ZC_ERR_NO_MEMORY;
+    state->params = *params;
+    state->count = count;
+    if (error_feedback(params)) {
+        state->residual = calloc(count ? (size_t)count : 1, sizeof(float));
+        if (!state->residual) {
+            status = ZC_ERR_NO_MEMORY;
+            goto err_destroy;
+        }
+    }
+    if (ops->state_init)
+        ZC_CHECK_GOTO(ops->state_init(state), status, err_destroy);
+    *state_p = state;
+    return ZC_OK;
+
+err_destroy:
+    zc_codec_state_destroy(state);
+    return status;
+}
+
+ZC_EXPORT zc_status_t zc_codec_state_update(zc_codec_state_t *state, const float *sum,
+                                            uint64_t count)
+{
+    if (!state || (count > 0 && !sum))
+        return ZC_ERR_INVALID_ARG;
+    if (count != state->count)
+        return ZC_ERR_MISMATCH;
+    const zc_codec_ops_t *ops = zc_codec_ops(state->params.codec);
+    return ops->state_update ? ops->state_update(state, sum, count) : ZC_OK;
+}
+
+ZC_EXPORT double zc_codec_state_residual_norm(const zc_codec_state_t *state)
+{
+    double sum = 0;
+    if (!state || !state->residual)
+        return 0;
+    for (uint64_t i = 0; i < state->count; i++)
+        sum += (double)state->residual[i] * state->residual[i];
+    return sqrt(sum);
+}
+
+static int params_equal(const zc_codec_params_t *a, const zc_codec_params_t *b)
+{
+    return a->codec == b->codec && a->qsgd.levels == b->qsgd.levels &&
+           a->qsgd.bucket == b->qsgd.bucket && a->qsgd.scale == b->qsgd.scale &&
+           a->qsgd.coding == b->qsgd.coding && a->qsgd.error_feedback == b->qsgd.error_feedback &&
+           a->topk.density == b->topk.density && a->topk.values == b->topk.values &&
+           a->gradiveq.slice == b->gradiveq.slice && a->gradiveq.dim == b->gradiveq.dim &&
+           a->gradiveq.energy == b->gradiveq.energy && a->gradiveq.ranks == b->gradiveq.ranks &&
+           a->gradiveq.samples == b->gradiveq.samples &&
+           a->gradiveq.refresh == b->gradiveq.refresh &&
+           a->gradiveq.error_feedback == b->gradiveq.error_feedback;
+}
+
+/* The state a call with @p params needs: NULL if none, else it must match. */
+static zc_status_t state_for(const zc_codec_params_t *params, zc_codec_state_t *state,
+                             uint64_t count, zc_codec_state_t **state_p)
+{
+    if (!zc_codec_needs_state(params)) {
+        *state_p = NULL;
+        return ZC_OK;
+    }
+    if (!state)
+        return ZC_ERR_INVALID_ARG;
+    if (state->count != count || !params_equal(&state->params, params))
+        return ZC_ERR_MISMATCH;
+    *state_p = state;
+    return ZC_OK;
+}
+
+ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_state_t *state,
                                       const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
                                       uint64_t count, void *dst, size_t cap, size_t *len_p)
 {
     static const zc_codec_rng_t rng_zero;
+    uint8_t *body = (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES;
     size_t body_len;
 
     if (!params || !dst || !len_p || (count > 0 && !src) || zc_dtype_size(dtype) == 0)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_codec_params_check(params));
+    ZC_CHECK(state_for(params, state, count, &state));
     if (cap < ZC_PAYLOAD_HEADER_BYTES)
         return ZC_ERR_BUFFER_TOO_SMALL;
 
     const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
+    if (!rng)
+        rng = &rng_zero;
     header_write(dst, params->codec, count);
-    ZC_CHECK(ops->encode(params, state, rng ? rng : &rng_zero, dtype, src, count,
-                         (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES, cap - ZC_PAYLOAD_HEADER_BYTES,
-                         &body_len));
+    if (!state || !state->residual) {
+        ZC_CHECK(ops->encode(params, state, rng, dtype, src, count, body,
+                             cap - ZC_PAYLOAD_HEADER_BYTES, &body_len));
+    } else {
+        /* error feedback: encode input + residual, then residual -= what was sent */
+        zc_dtype_add_f32(dtype, src, (size_t)count, state->residual);
+        ZC_CHECK(ops->encode(params, state, rng, ZC_DTYPE_F32, state->residual, count, body,
+                             cap - ZC_PAYLOAD_HEADER_BYTES, &body_len));
+        ZC_CHECK(ops->decode_add(state, body, body_len, state->residual, count, -1.0f));
+    }
     *len_p = body_len + ZC_PAYLOAD_HEADER_BYTES;
     return ZC_OK;
 }
 
-ZC_EXPORT zc_status_t zc_codec_decode_add(void *state, const void *src, size_t len, float *dst,
-                                          uint64_t count)
+ZC_EXPORT zc_status_t zc_codec_decode_add(zc_codec_state_t *state, const void *src, size_t len,
+                                          float *dst, uint64_t count)
 {
     zc_payload_info_t info;
 
@@ -162,7 +316,39 @@ ZC_EXPORT zc_status_t zc_codec_decode_add(void *state, const void *src, size_t l
     ZC_CHECK(zc_payload_info(src, len, &info));
     if (info.count != count)
         return ZC_ERR_MISMATCH;
-    return zc_codec_ops(info.codec)
-        ->decode_add(state, (const uint8_t *)src + ZC_PAYLOAD_HEADER_BYTES,
-                     len - ZC_PAYLOAD_HEADER_BYTES, dst, count);
+    const zc_codec_ops_t *ops = zc_codec_ops(info.codec);
+    if (ops->state_init && (!state || state->params.codec != info.codec || state->count != count))
+        return state ? ZC_ERR_MISMATCH : ZC_ERR_INVALID_ARG;
+    return ops->decode_add(state, (const uint8_t *)src + ZC_PAYLOAD_HEADER_BYTES,
+                           len - ZC_PAYLOAD_HEADER_BYTES, dst, count, 1.0f);
+}
+
+ZC_EXPORT zc_status_t zc_codec_reduce(zc_codec_state_t *state, const void *a, size_t alen,
+                                      const void *b, size_t blen, void *dst, size_t cap,
+                                      size_t *len_p)
+{
+    zc_payload_info_t ia, ib;
+    size_t body_len;
+
+    if (!a || !b || !dst || !len_p)
+        return ZC_ERR_INVALID_ARG;
+    ZC_CHECK(zc_payload_info(a, alen, &ia));
+    ZC_CHECK(zc_payload_info(b, blen, &ib));
+    if (ia.codec != ib.codec || ia.count != ib.count)
+        return ZC_ERR_MISMATCH;
+    const zc_codec_ops_t *ops = zc_codec_ops(ia.codec);
+    if (!ops->reduce)
+        return ZC_ERR_UNSUPPORTED;
+    if (ops->state_init && (!state || state->params.codec != ia.codec || state->count != ia.count))
+        return state ? ZC_ERR_MISMATCH : ZC_ERR_INVALID_ARG;
+    if (cap < ZC_PAYLOAD_HEADER_BYTES)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    ZC_CHECK(ops->reduce(
+        state, (const uint8_t *)a + ZC_PAYLOAD_HEADER_BYTES, alen - ZC_PAYLOAD_HEADER_BYTES,
+        (const uint8_t *)b + ZC_PAYLOAD_HEADER_BYTES, blen - ZC_PAYLOAD_HEADER_BYTES, ia.count,
+        (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES, cap - ZC_PAYLOAD_HEADER_BYTES, &body_len));
+    if (dst != a)
+        memcpy(dst, a, ZC_PAYLOAD_HEADER_BYTES);
+    *len_p = body_len + ZC_PAYLOAD_HEADER_BYTES;
+    return ZC_OK;
 }

@@ -14,6 +14,15 @@ zc_status_t zc_codec_params_from_config(const zc_config_t *cfg, zc_codec_id_t co
     p.qsgd.bucket = (uint32_t)cfg->qsgd_bucket;
     p.qsgd.scale = (zc_qsgd_scale_t)cfg->qsgd_scale;
     p.qsgd.coding = (zc_qsgd_coding_t)cfg->qsgd_coding;
+    p.qsgd.error_feedback = (int)cfg->qsgd_ef;
+    p.topk.density = (double)cfg->topk_density / ZC_CONFIG_DECIMAL_ONE;
+    p.topk.values = (zc_topk_values_t)cfg->topk_values;
+    p.gradiveq.slice = (uint32_t)cfg->gradiveq_slice;
+    p.gradiveq.dim = cfg->gradiveq_dim == ZC_CONFIG_AUTO ? 0 : (uint32_t)cfg->gradiveq_dim;
+    p.gradiveq.energy = (double)cfg->gradiveq_energy / ZC_CONFIG_DECIMAL_ONE;
+    p.gradiveq.samples = (uint32_t)cfg->gradiveq_samples;
+    p.gradiveq.refresh = (uint32_t)cfg->gradiveq_refresh;
+    p.gradiveq.error_feedback = (int)cfg->gradiveq_ef;
     ZC_CHECK(zc_codec_params_check(&p));
     *params_p = p;
     return ZC_OK;

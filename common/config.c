@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@ const char *zc_param_kind_name(zc_param_kind_t kind)
     case ZC_PARAM_KIND_INT: return "integer";
     case ZC_PARAM_KIND_INT_OR_AUTO: return "integer or auto";
     case ZC_PARAM_KIND_SIZE: return "size";
+    case ZC_PARAM_KIND_DECIMAL: return "decimal";
     case ZC_PARAM_KIND_ENUM: return "enum";
     case ZC_PARAM_KIND_BOOL: return "boolean";
     }
@@ -135,6 +137,32 @@ static int parse_size(const char *value, int64_t *v_p)
     return -1;
 }
 
+/*
+ * A decimal number ("0.01", "1e-3", "5%") in millionths, rounded to nearest.
+ * strtod is locale-dependent; zipccl never calls setlocale, and programs that do
+ * keep "C" numerics in practice.
+ */
+static int parse_decimal(const char *value, size_t len, int64_t *v_p)
+{
+    char buf[64], *end;
+
+    if (len == 0 || len >= sizeof(buf))
+        return -1;
+    memcpy(buf, value, len);
+    buf[len] = '\0';
+    double scale = 1e6;
+    if (buf[len - 1] == '%') {
+        buf[--len] = '\0';
+        scale = 1e4;
+    }
+    errno = 0;
+    double d = strtod(buf, &end);
+    if (end == buf || *skip_space(end) != '\0' || errno == ERANGE || !(fabs(d) < 9e12))
+        return -1;
+    *v_p = llround(d * scale);
+    return 0;
+}
+
 zc_status_t zc_param_parse(const zc_param_desc_t *param, const char *value, int64_t *value_p)
 {
     const char *end;
@@ -158,6 +186,10 @@ zc_status_t zc_param_parse(const zc_param_desc_t *param, const char *value, int6
         break;
     case ZC_PARAM_KIND_SIZE:
         if (parse_size(value, &v) < 0)
+            return ZC_ERR_INVALID_CONFIG;
+        break;
+    case ZC_PARAM_KIND_DECIMAL:
+        if (parse_decimal(value, len, &v) < 0)
             return ZC_ERR_INVALID_CONFIG;
         break;
     case ZC_PARAM_KIND_ENUM:
@@ -196,6 +228,22 @@ static void format_size(int64_t v, char *buf, size_t len)
     snprintf(buf, len, "%" PRId64 "%s", v, units[u]);
 }
 
+/* Millionths as the shortest decimal: 10000 -> "0.01". */
+static void format_decimal(int64_t v, char *buf, size_t len)
+{
+    int64_t whole = v / 1000000, frac = llabs(v % 1000000);
+    int digits = 6;
+    while (digits > 0 && frac % 10 == 0) {
+        frac /= 10;
+        digits--;
+    }
+    if (digits == 0)
+        snprintf(buf, len, "%" PRId64, whole);
+    else
+        snprintf(buf, len, "%s%" PRId64 ".%0*" PRId64, v < 0 && whole == 0 ? "-" : "", whole,
+                 digits, frac);
+}
+
 static void enum_name(const char *choices, int64_t index, char *buf, size_t len)
 {
     const char *c = choices;
@@ -224,6 +272,7 @@ void zc_param_format(const zc_param_desc_t *param, const zc_config_t *cfg, char 
         /* fall through */
     case ZC_PARAM_KIND_INT: snprintf(buf, len, "%" PRId64, v); break;
     case ZC_PARAM_KIND_SIZE: format_size(v, buf, len); break;
+    case ZC_PARAM_KIND_DECIMAL: format_decimal(v, buf, len); break;
     case ZC_PARAM_KIND_ENUM: enum_name(param->choices, v, buf, len); break;
     case ZC_PARAM_KIND_BOOL: snprintf(buf, len, "%d", v ? 1 : 0); break;
     }
@@ -244,6 +293,11 @@ void zc_param_range(const zc_param_desc_t *param, char *buf, size_t len)
     case ZC_PARAM_KIND_SIZE:
         format_size(param->min, lo, sizeof(lo));
         format_size(param->max, hi, sizeof(hi));
+        snprintf(buf, len, "%s..%s", lo, hi);
+        break;
+    case ZC_PARAM_KIND_DECIMAL:
+        format_decimal(param->min, lo, sizeof(lo));
+        format_decimal(param->max, hi, sizeof(hi));
         snprintf(buf, len, "%s..%s", lo, hi);
         break;
     case ZC_PARAM_KIND_ENUM: {

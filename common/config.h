@@ -12,12 +12,14 @@
 #include <stdint.h>
 
 #define ZC_CONFIG_PREFIX "ZIPCCL_"
-#define ZC_CONFIG_AUTO INT64_C(-1) /* stored for "auto" by INT_OR_AUTO */
+#define ZC_CONFIG_AUTO INT64_C(-1)    /* stored for "auto" by INT_OR_AUTO */
+#define ZC_CONFIG_DECIMAL_ONE 1000000 /* a DECIMAL of 1.0 */
 
 typedef enum zc_param_kind {
     ZC_PARAM_KIND_INT,
     ZC_PARAM_KIND_INT_OR_AUTO,
     ZC_PARAM_KIND_SIZE,
+    ZC_PARAM_KIND_DECIMAL, /* a decimal number (or percentage), stored in millionths */
     ZC_PARAM_KIND_ENUM,
     ZC_PARAM_KIND_BOOL,
 } zc_param_kind_t;

@@ -67,7 +67,7 @@ int main(int argc, char **argv)
         const zc_param_desc_t *p = zc_param_at(i);
         zc_param_format(p, &cfg, value, sizeof(value));
         zc_param_range(p, range, sizeof(range));
-        printf("%-22s %-15s = %-8s (default %s; %s)\n    %s\n", p->name,
+        printf("%-25s %-15s = %-8s (default %s; %s)\n    %s\n", p->name,
                zc_param_kind_name(p->kind), value, p->def, range, p->doc);
     }
     return 0;

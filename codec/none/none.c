@@ -9,7 +9,7 @@ static size_t none_bound(const zc_codec_params_t *params, uint64_t count)
     return count > SIZE_MAX / 4 ? SIZE_MAX : (size_t)count * 4;
 }
 
-static zc_status_t none_encode(const zc_codec_params_t *params, void *state,
+static zc_status_t none_encode(const zc_codec_params_t *params, zc_codec_state_t *state,
                                const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
                                uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
 {
@@ -20,15 +20,15 @@ static zc_status_t none_encode(const zc_codec_params_t *params, void *state,
     return ZC_OK;
 }
 
-static zc_status_t none_decode_add(void *state, const uint8_t *body, size_t len, float *dst,
-                                   uint64_t count)
+static zc_status_t none_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
+                                   float *dst, uint64_t count, float alpha)
 {
     if (count > SIZE_MAX / 4 || len != (size_t)count * 4)
         return ZC_ERR_CORRUPT;
     for (size_t i = 0; i < (size_t)count; i++) {
         float v;
         memcpy(&v, body + 4 * i, sizeof(v));
-        dst[i] += v;
+        dst[i] += alpha * v;
     }
     return ZC_OK;
 }

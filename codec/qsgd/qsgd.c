@@ -42,7 +42,8 @@ static zc_status_t qsgd_check(const zc_codec_params_t *p)
 {
     if (p->qsgd.levels < 1 || p->qsgd.levels > QSGD_MAX_LEVELS || p->qsgd.bucket < 1 ||
         p->qsgd.bucket > QSGD_MAX_BUCKET || (unsigned)p->qsgd.scale > ZC_QSGD_SCALE_L2 ||
-        (unsigned)p->qsgd.coding > ZC_QSGD_CODING_AUTO)
+        (unsigned)p->qsgd.coding > ZC_QSGD_CODING_AUTO ||
+        (p->qsgd.error_feedback != 0 && p->qsgd.error_feedback != 1))
         return ZC_ERR_INVALID_CONFIG;
     return ZC_OK;
 }
@@ -213,9 +214,9 @@ static float bucket_quantize(const zc_qsgd_kernels_t *kern, const zc_codec_param
     return scale;
 }
 
-static zc_status_t qsgd_encode(const zc_codec_params_t *p, void *state, const zc_codec_rng_t *crng,
-                               zc_dtype_t dtype, const void *src, uint64_t count, uint8_t *dst,
-                               size_t cap, size_t *len_p)
+static zc_status_t qsgd_encode(const zc_codec_params_t *p, zc_codec_state_t *state,
+                               const zc_codec_rng_t *crng, zc_dtype_t dtype, const void *src,
+                               uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
 {
     const zc_qsgd_kernels_t *kern = zc_qsgd_kernels();
     const uint32_t s = p->qsgd.levels, d = p->qsgd.bucket;
@@ -303,10 +304,13 @@ typedef struct level_scale {
     int exact; /* compute in double */
 } level_scale_t;
 
-static level_scale_t level_scale(float scale, uint32_t s)
+/* @p alpha (+1 or -1) flips the sign of every value, exactly. */
+static level_scale_t level_scale(float scale, uint32_t s, float alpha)
 {
     level_scale_t ls = {.unit = scale / (float)s, .scale = scale, .s = s};
     ls.exact = (scale > 0 && ls.unit < FLT_MIN) || scale > 0x1p127f;
+    ls.unit *= alpha;
+    ls.scale *= alpha;
     return ls;
 }
 
@@ -371,8 +375,8 @@ static zc_status_t elias_decode_add(zc_bitreader_t *r, size_t len, const level_s
     return r->overrun ? ZC_ERR_CORRUPT : ZC_OK;
 }
 
-static zc_status_t qsgd_decode_add(void *state, const uint8_t *body, size_t len, float *dst,
-                                   uint64_t count)
+static zc_status_t qsgd_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
+                                   float *dst, uint64_t count, float alpha)
 {
     const zc_qsgd_kernels_t *kern = zc_qsgd_kernels();
 
@@ -406,7 +410,7 @@ static zc_status_t qsgd_decode_add(void *state, const uint8_t *body, size_t len,
         if ((coding == ZC_QSGD_CODING_FIXED && elias) || (coding == ZC_QSGD_CODING_ELIAS && !elias))
             return ZC_ERR_CORRUPT;
         float scale = zc_f32_from_bits(word & 0x7fffffffu);
-        const level_scale_t ls = level_scale(scale, s);
+        const level_scale_t ls = level_scale(scale, s, alpha);
         if (isinf(scale))
             return ZC_ERR_CORRUPT; /* the encoder never writes an infinite scale */
 
@@ -443,11 +447,18 @@ static zc_status_t qsgd_decode_add(void *state, const uint8_t *body, size_t len,
     return pos == len ? ZC_OK : ZC_ERR_CORRUPT;
 }
 
+static int qsgd_error_feedback(const zc_codec_params_t *p)
+{
+    return p->qsgd.error_feedback;
+}
+
+/* Stateless and unbiased as such; with error feedback it needs a state and is biased. */
 const zc_codec_ops_t zc_codec_qsgd_ops = {
     .name = "qsgd",
     .id = ZC_CODEC_QSGD,
     .caps = ZC_CODEC_CAP_STATELESS | ZC_CODEC_CAP_UNBIASED,
     .check = qsgd_check,
+    .error_feedback = qsgd_error_feedback,
     .bound = qsgd_bound,
     .encode = qsgd_encode,
     .decode_add = qsgd_decode_add,

@@ -42,10 +42,22 @@ typedef enum zc_dtype {
 
 /** Codec identifiers; the value is stored in every payload header. */
 typedef enum zc_codec_id {
-    ZC_CODEC_NONE = 0, /**< raw f32, for the same interface everywhere */
-    ZC_CODEC_QSGD = 1, /**< stochastic quantization in buckets (Alistarh et al. 2017) */
+    ZC_CODEC_NONE = 0,     /**< raw f32, for the same interface everywhere */
+    ZC_CODEC_QSGD = 1,     /**< stochastic quantization in buckets (Alistarh et al. 2017) */
+    ZC_CODEC_FP16 = 2,     /**< IEEE binary16, round to nearest even */
+    ZC_CODEC_BF16 = 3,     /**< bfloat16, round to nearest even */
+    ZC_CODEC_TOPK = 4,     /**< gradient dropping with error feedback (Aji & Heafield 2017) */
+    ZC_CODEC_GRADIVEQ = 5, /**< PCA projection of slices, summed compressed (Yu et al. 2018) */
     ZC_CODEC_COUNT
 } zc_codec_id_t;
+
+/** What a collective may rely on; zc_codec_caps() returns an OR of these. */
+enum {
+    ZC_CODEC_CAP_STATELESS = 1u << 0, /**< encode and decode need no zc_codec_state_t */
+    ZC_CODEC_CAP_LINEAR = 1u << 1,    /**< payloads add without decoding: zc_codec_reduce */
+    ZC_CODEC_CAP_UNBIASED = 1u << 2,  /**< E[decode(encode(x))] = x */
+    ZC_CODEC_CAP_LOSSLESS = 1u << 3,  /**< decode(encode(x)) = x for f32 input */
+};
 
 /** QSGD bucket scale. */
 typedef enum zc_qsgd_scale {
@@ -60,6 +72,12 @@ typedef enum zc_qsgd_coding {
     ZC_QSGD_CODING_AUTO = 2,  /**< the smaller of the two, chosen per bucket */
 } zc_qsgd_coding_t;
 
+/** Value format of the kept top-k values. */
+typedef enum zc_topk_values {
+    ZC_TOPK_VALUES_F32 = 0,
+    ZC_TOPK_VALUES_F16 = 1, /**< rounding error goes to the residual too */
+} zc_topk_values_t;
+
 /** Parameters of one codec; fill with zc_codec_params_default, then adjust. */
 typedef struct zc_codec_params {
     zc_codec_id_t codec;
@@ -68,7 +86,21 @@ typedef struct zc_codec_params {
         uint32_t bucket;       /**< d, 1..2^24 values scaled together */
         zc_qsgd_scale_t scale; /**< bucket scale */
         zc_qsgd_coding_t coding;
+        int error_feedback; /**< keep what was not sent in the state and add it next time */
     } qsgd;
+    struct {
+        double density;          /**< rho in (0, 1]: fraction of values kept (default 0.01) */
+        zc_topk_values_t values; /**< kept values as f32 or f16 */
+    } topk;
+    struct {
+        uint32_t slice;     /**< K, 2..4096: values per slice */
+        uint32_t dim;       /**< d, 1..K: coefficients per slice; 0 = from energy */
+        double energy;      /**< with dim 0: smallest d keeping this fraction of variance */
+        uint32_t ranks;     /**< N, the number of payloads summed before decoding */
+        uint32_t samples;   /**< slices sampled from the sum for each basis */
+        uint32_t refresh;   /**< updates between basis recomputations; 0 = learn once */
+        int error_feedback; /**< keep the projection residual in the state */
+    } gradiveq;
 } zc_codec_params_t;
 
 /**
@@ -101,11 +133,47 @@ uint32_t zc_qsgd_levels_for_bits(unsigned bits);
 const char *zc_codec_name(zc_codec_id_t codec);
 /** Codec id for @p name into @p codec_p; ZC_ERR_INVALID_ARG if unknown. */
 zc_status_t zc_codec_find(const char *name, zc_codec_id_t *codec_p);
+/** ZC_CODEC_CAP_* flags of @p codec (0 for an unknown id). */
+unsigned zc_codec_caps(zc_codec_id_t codec);
 
-/** Fills @p params_p with @p codec's defaults (QSGD: 4 bits, bucket 512, max scale, fixed). */
+/**
+ * Fills @p params_p with @p codec's defaults: QSGD 4 bits, bucket 512, max
+ * scale, fixed coding, no error feedback; top-k density 0.01 with f32 values;
+ * GradiVeQ K = 64, d from 99% energy, 1 rank, 1024 samples, learned once.
+ */
 zc_status_t zc_codec_params_default(zc_codec_id_t codec, zc_codec_params_t *params_p);
 /** Checks @p params: ZC_ERR_INVALID_CONFIG for an out-of-range field. */
 zc_status_t zc_codec_params_check(const zc_codec_params_t *params);
+
+/**
+ * Per-tensor state: the error-feedback residual (top-k always; QSGD and
+ * GradiVeQ when asked) and the GradiVeQ basis. One state per tensor, created
+ * for that tensor's params and count; stateless codecs take NULL instead.
+ */
+typedef struct zc_codec_state zc_codec_state_t;
+
+/** True when encoding with @p params needs a zc_codec_state_t. */
+int zc_codec_needs_state(const zc_codec_params_t *params);
+
+/**
+ * Creates the state for @p count values encoded with @p params (copied).
+ * Errors: ZC_ERR_INVALID_ARG, ZC_ERR_INVALID_CONFIG, ZC_ERR_NO_MEMORY.
+ */
+zc_status_t zc_codec_state_create(const zc_codec_params_t *params, uint64_t count,
+                                  zc_codec_state_t **state_p);
+/** Frees @p state; NULL is allowed. */
+void zc_codec_state_destroy(zc_codec_state_t *state);
+
+/**
+ * Feeds the decoded all-reduce result (@p sum, the sum over every rank, @p count
+ * values) back to the state. GradiVeQ learns its basis from it: every rank must
+ * call this with the identical sum in the same order, so that all compute the
+ * same basis. A no-op for codecs without learned state.
+ */
+zc_status_t zc_codec_state_update(zc_codec_state_t *state, const float *sum, uint64_t count);
+
+/** L2 norm of the error-feedback residual (0 without error feedback). */
+double zc_codec_state_residual_norm(const zc_codec_state_t *state);
 
 /**
  * Largest payload, in bytes, that encoding @p count values with @p params can
@@ -117,23 +185,40 @@ size_t zc_codec_bound(const zc_codec_params_t *params, uint64_t count);
 /**
  * Encodes @p count values of type @p dtype at @p src into @p dst (capacity
  * @p cap bytes); on success writes the payload length to @p len_p.
- * @p state: per-tensor state for stateful codecs, NULL for stateless ones.
- * Errors: ZC_ERR_INVALID_ARG, ZC_ERR_INVALID_CONFIG, ZC_ERR_BUFFER_TOO_SMALL.
+ * @p state: from zc_codec_state_create with the same params and count when
+ * zc_codec_needs_state(), else NULL (ignored). With error feedback the input
+ * is added to the residual first and what the payload carries is taken out of
+ * it after, so sent + new residual = input + old residual; when encoding fails
+ * the input stays in the residual, and is sent with the next call.
+ * @p rng: the random draws (NULL: all zero).
+ * Errors: ZC_ERR_INVALID_ARG, ZC_ERR_INVALID_CONFIG, ZC_ERR_BUFFER_TOO_SMALL,
+ * ZC_ERR_MISMATCH (state made for other params or count), ZC_ERR_NO_MEMORY.
  */
-zc_status_t zc_codec_encode(const zc_codec_params_t *params, void *state, const zc_codec_rng_t *rng,
-                            zc_dtype_t dtype, const void *src, uint64_t count, void *dst,
-                            size_t cap, size_t *len_p);
+zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_state_t *state,
+                            const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                            uint64_t count, void *dst, size_t cap, size_t *len_p);
 
 /**
  * Decodes the payload at @p src (@p len bytes) and adds the values into
- * @p dst[0..count). The payload must hold exactly @p count values.
+ * @p dst[0..count). The payload must hold exactly @p count values. @p state:
+ * GradiVeQ needs the state that holds the payload's basis; others take NULL.
  * Errors: ZC_ERR_CORRUPT (bad or truncated payload; @p dst is then unchanged
  * unless the body itself was damaged after a valid header, in which case
  * values already added stay added — callers treat the buffer as lost),
- * ZC_ERR_MISMATCH (count or codec state differs), ZC_ERR_INVALID_ARG.
+ * ZC_ERR_MISMATCH (count, version or basis differs), ZC_ERR_INVALID_ARG.
  */
-zc_status_t zc_codec_decode_add(void *state, const void *src, size_t len, float *dst,
+zc_status_t zc_codec_decode_add(zc_codec_state_t *state, const void *src, size_t len, float *dst,
                                 uint64_t count);
+
+/**
+ * Adds two payloads of a linear codec (ZC_CODEC_CAP_LINEAR) without decoding:
+ * decode(result) = decode(a) + decode(b), up to the codec's rounding. Both must
+ * come from the same codec, parameters, count and basis. @p dst (capacity
+ * @p cap) may be @p a or @p b. Errors: ZC_ERR_UNSUPPORTED (codec not linear),
+ * ZC_ERR_MISMATCH, ZC_ERR_CORRUPT, ZC_ERR_BUFFER_TOO_SMALL, ZC_ERR_INVALID_ARG.
+ */
+zc_status_t zc_codec_reduce(zc_codec_state_t *state, const void *a, size_t alen, const void *b,
+                            size_t blen, void *dst, size_t cap, size_t *len_p);
 
 /** Parses the header of a payload without decoding the body. */
 zc_status_t zc_payload_info(const void *src, size_t len, zc_payload_info_t *info_p);

@@ -51,7 +51,7 @@ Test(codec_registry, find)
 
 Test(codec_registry, unknown_name)
 {
-    static const char *const bad[] = {"", "QSGD", "qsg", "qsgdx", "none ", "topk", "fp16"};
+    static const char *const bad[] = {"", "QSGD", "qsg", "qsgdx", "none ", "top-k", "fp32"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         zc_codec_id_t id = (zc_codec_id_t)77;
         cr_assert_eq(zc_codec_find(bad[i], &id), ZC_ERR_INVALID_ARG, "name '%s'", bad[i]);

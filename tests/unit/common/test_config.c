@@ -148,6 +148,7 @@ Test(config, every_default_parses_in_range)
             /* fall through */
         case ZC_PARAM_KIND_INT:
         case ZC_PARAM_KIND_SIZE:
+        case ZC_PARAM_KIND_DECIMAL:
             cr_assert(v >= p->min && v <= p->max,
                       "%s default %" PRId64 " outside %" PRId64 "..%" PRId64, p->name, v, p->min,
                       p->max);
@@ -406,6 +407,14 @@ Test(config, format_parse_round_trip_every_param)
             }
             break;
         }
+        case ZC_PARAM_KIND_DECIMAL: {
+            const int64_t probes[] = {p->min, p->max, p->min + (p->max - p->min) / 3};
+            for (size_t j = 0; j < sizeof(probes) / sizeof(probes[0]); j++) {
+                snprintf(text, sizeof(text), "%" PRId64 "e-6", probes[j]);
+                check_round_trip(p, text);
+            }
+            break;
+        }
         case ZC_PARAM_KIND_ENUM:
             for (const char *c = p->choices; *c;) {
                 size_t len = strcspn(c, ",");
@@ -647,4 +656,28 @@ Test(config, load_unknown_very_long_name)
     zc_config_t cfg;
     cr_assert_eq(zc_config_load(envp, &cfg), ZC_OK);
     cr_assert_eq(logs.warnings, 1, "logs: %s", logs.text);
+}
+
+Test(config_parse, decimal_forms_and_range)
+{
+    const zc_param_desc_t *p = zc_param_find("ZIPCCL_TOPK_DENSITY");
+    int64_t v = -7;
+    cr_assert_not_null(p);
+    cr_assert_eq(p->kind, ZC_PARAM_KIND_DECIMAL);
+    static const struct {
+        const char *text;
+        int64_t want;
+    } good[] = {{"0.01", 10000}, {"1%", 10000},   {" 2.5% ", 25000}, {"1e-3", 1000},
+                {"1", 1000000},  {"0.000001", 1}, {".5", 500000}};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        cr_assert_eq(zc_param_parse(p, good[i].text, &v), ZC_OK, "'%s'", good[i].text);
+        cr_assert_eq(v, good[i].want, "'%s' gave %" PRId64, good[i].text, v);
+    }
+    static const char *const bad[] = {"",     "%",     "abc",       "0.5x", "0",   "1.5",
+                                      "-0.1", "1e400", "0.0000001", "nan",  "inf", "101%"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        v = -7;
+        cr_assert_eq(zc_param_parse(p, bad[i], &v), ZC_ERR_INVALID_CONFIG, "'%s' accepted", bad[i]);
+        cr_assert_eq(v, -7, "output written for '%s'", bad[i]);
+    }
 }
