@@ -1,19 +1,24 @@
 /*
  * codec_bench: throughput and compression of every codec setting on one core.
  *
- * For each setting: encode and decode_add GB/s (f32 input bytes per second),
- * bits per coordinate, relative L2 error of one decode, and memcpy GB/s
- * measured in the same run as the physical baseline, with the ratio to it.
+ * For each setting: encode, decode_add and (linear codecs) reduce GB/s, counted
+ * in f32 input bytes per second; bits per coordinate; relative L2 error of one
+ * decode; and memcpy GB/s measured in the same run as the physical baseline,
+ * with the ratio to it.
  * Times are the best of --reps runs after one warm-up.
  *
  *   codec_bench [--size-mib N] [--reps N] [--only NAME] [--json]
+ *
+ * ZIPCCL_CPU (scalar, avx2, avx512) picks the kernels measured.
  */
+#include "common/config.h"
 #include "common/cpu.h"
 #include "common/philox.h"
 #include "common/timer.h"
 
 #include <zipccl/zipccl_codec.h>
 
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,26 +27,95 @@
 typedef struct setting {
     const char *name;
     zc_codec_id_t codec;
-    unsigned bits; /* qsgd: s = 2^(bits-1) - 1 unless levels is set */
-    uint32_t levels;
-    uint32_t bucket;
-    zc_qsgd_scale_t scale;
-    zc_qsgd_coding_t coding;
+    void (*tune)(zc_codec_params_t *p); /* adjusts the codec's defaults */
 } setting_t;
 
+static void qsgd(zc_codec_params_t *p, unsigned bits, uint32_t bucket, zc_qsgd_scale_t scale,
+                 zc_qsgd_coding_t coding)
+{
+    p->qsgd.levels = zc_qsgd_levels_for_bits(bits);
+    p->qsgd.bucket = bucket;
+    p->qsgd.scale = scale;
+    p->qsgd.coding = coding;
+}
+
+static void qsgd2_d128(zc_codec_params_t *p)
+{
+    qsgd(p, 2, 128, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_FIXED);
+}
+static void qsgd4_d512(zc_codec_params_t *p)
+{
+    qsgd(p, 4, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_FIXED);
+}
+static void qsgd8_d512(zc_codec_params_t *p)
+{
+    qsgd(p, 8, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_FIXED);
+}
+static void qsgd4_l2(zc_codec_params_t *p)
+{
+    qsgd(p, 4, 512, ZC_QSGD_SCALE_L2, ZC_QSGD_CODING_FIXED);
+}
+static void qsgd4_auto(zc_codec_params_t *p)
+{
+    qsgd(p, 4, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_AUTO);
+}
+static void qsgd4_elias(zc_codec_params_t *p)
+{
+    qsgd(p, 4, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_ELIAS);
+}
+/* the theory setting: s = sqrt(d), L2 scale, Elias (Corollary 3.3: <= 2.8 bits/value) */
+static void qsgd_s91_elias(zc_codec_params_t *p)
+{
+    qsgd(p, 2, 8192, ZC_QSGD_SCALE_L2, ZC_QSGD_CODING_ELIAS);
+    p->qsgd.levels = 91;
+}
+static void qsgd4_ef(zc_codec_params_t *p)
+{
+    qsgd4_d512(p);
+    p->qsgd.error_feedback = 1;
+}
+static void topk_f16(zc_codec_params_t *p)
+{
+    p->topk.values = ZC_TOPK_VALUES_F16;
+}
+static void topk_01(zc_codec_params_t *p)
+{
+    p->topk.density = 0.001;
+}
+/* two ranks: reduce sums a payload with itself, two contributions */
+static void gradiveq_e99(zc_codec_params_t *p)
+{
+    p->gradiveq.ranks = 2;
+}
+static void gradiveq_d8(zc_codec_params_t *p)
+{
+    gradiveq_e99(p);
+    p->gradiveq.slice = 64;
+    p->gradiveq.dim = 8;
+}
+
 static const setting_t settings[] = {
-    {"none", ZC_CODEC_NONE, 0, 0, 0, 0, 0},
-    {"qsgd-2bit-d128-fixed", ZC_CODEC_QSGD, 2, 0, 128, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_FIXED},
-    {"qsgd-4bit-d512-fixed", ZC_CODEC_QSGD, 4, 0, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_FIXED},
-    {"qsgd-8bit-d512-fixed", ZC_CODEC_QSGD, 8, 0, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_FIXED},
-    {"qsgd-4bit-d512-l2-fixed", ZC_CODEC_QSGD, 4, 0, 512, ZC_QSGD_SCALE_L2, ZC_QSGD_CODING_FIXED},
-    {"qsgd-4bit-d512-auto", ZC_CODEC_QSGD, 4, 0, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_AUTO},
-    {"qsgd-4bit-d512-elias", ZC_CODEC_QSGD, 4, 0, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_ELIAS},
-    {"qsgd-s91-d8192-l2-elias", ZC_CODEC_QSGD, 0, 91, 8192, ZC_QSGD_SCALE_L2, ZC_QSGD_CODING_ELIAS},
+    {"none", ZC_CODEC_NONE, NULL},
+    {"fp16", ZC_CODEC_FP16, NULL},
+    {"bf16", ZC_CODEC_BF16, NULL},
+    {"qsgd-2bit-d128-fixed", ZC_CODEC_QSGD, qsgd2_d128},
+    {"qsgd-4bit-d512-fixed", ZC_CODEC_QSGD, qsgd4_d512},
+    {"qsgd-8bit-d512-fixed", ZC_CODEC_QSGD, qsgd8_d512},
+    {"qsgd-4bit-d512-l2-fixed", ZC_CODEC_QSGD, qsgd4_l2},
+    {"qsgd-4bit-d512-auto", ZC_CODEC_QSGD, qsgd4_auto},
+    {"qsgd-4bit-d512-elias", ZC_CODEC_QSGD, qsgd4_elias},
+    {"qsgd-s91-d8192-l2-elias", ZC_CODEC_QSGD, qsgd_s91_elias},
+    {"qsgd-4bit-d512-ef", ZC_CODEC_QSGD, qsgd4_ef},
+    {"topk-1pct-f32", ZC_CODEC_TOPK, NULL},
+    {"topk-1pct-f16", ZC_CODEC_TOPK, topk_f16},
+    {"topk-0.1pct-f32", ZC_CODEC_TOPK, topk_01},
+    {"gradiveq-K64-d8", ZC_CODEC_GRADIVEQ, gradiveq_d8},
+    {"gradiveq-K64-e0.99", ZC_CODEC_GRADIVEQ, gradiveq_e99},
 };
 
 typedef struct result {
-    double encode_gbs, decode_gbs, bits_per_coord, rel_err;
+    double encode_gbs, decode_gbs, reduce_gbs; /* reduce_gbs 0: not linear */
+    double bits_per_coord, rel_err;
 } result_t;
 
 static double now_s(void)
@@ -79,47 +153,78 @@ static double bench_memcpy(void *dst, const void *src, size_t bytes, int reps)
     return bytes / best * 1e-9;
 }
 
+static int fail(const setting_t *st, const char *what, zc_status_t status)
+{
+    fprintf(stderr, "codec_bench: %s: %s: %s\n", st->name, what, zc_status_string(status));
+    return -1;
+}
+
+/*
+ * Encode, decode_add and (linear codecs) reduce of @p x, best of @p reps.
+ * Stateful codecs get a fresh state; GradiVeQ first learns its basis from x
+ * itself (one rank: the "sum" is x). With error feedback every encode also
+ * updates the residual, as in training.
+ */
 static int run_setting(const setting_t *st, const float *x, size_t n, float *out, void *payload,
-                       size_t cap, int reps, result_t *res)
+                       void *reduced, size_t cap, int reps, result_t *res)
 {
     zc_codec_params_t p;
+    zc_codec_state_t *state = NULL;
+    zc_status_t status;
+    int rc = -1;
+
     zc_codec_params_default(st->codec, &p);
-    if (st->codec == ZC_CODEC_QSGD) {
-        p.qsgd.levels = st->levels ? st->levels : zc_qsgd_levels_for_bits(st->bits);
-        p.qsgd.bucket = st->bucket;
-        p.qsgd.scale = st->scale;
-        p.qsgd.coding = st->coding;
-    }
-    if (zc_codec_bound(&p, n) > cap) {
-        fprintf(stderr, "codec_bench: %s: bound %zu exceeds buffer\n", st->name,
-                zc_codec_bound(&p, n));
+    if (st->tune)
+        st->tune(&p);
+    size_t bound = zc_codec_bound(&p, n);
+    if (bound == 0 || bound > cap) {
+        fprintf(stderr, "codec_bench: %s: bound %zu does not fit the %zu-byte buffer\n", st->name,
+                bound, cap);
         return -1;
     }
-    double enc_best = 1e30, dec_best = 1e30;
-    size_t len = 0;
-    zc_status_t status;
+    if (zc_codec_needs_state(&p)) {
+        if ((status = zc_codec_state_create(&p, n, &state)) != ZC_OK)
+            return fail(st, "state", status);
+        if ((status = zc_codec_state_update(state, x, n)) != ZC_OK) {
+            fail(st, "state update", status);
+            goto out;
+        }
+    }
+
+    double enc_best = 1e30, dec_best = 1e30, red_best = 1e30;
+    size_t len = 0, rlen = 0;
+    int linear = (zc_codec_caps(st->codec) & ZC_CODEC_CAP_LINEAR) != 0;
     for (int r = 0; r <= reps; r++) {
         zc_codec_rng_t rng = {.seed = 1, .counter = (uint32_t)r};
         double t0 = now_s();
-        status = zc_codec_encode(&p, NULL, &rng, ZC_DTYPE_F32, x, n, payload, cap, &len);
+        status = zc_codec_encode(&p, state, &rng, ZC_DTYPE_F32, x, n, payload, cap, &len);
         double t1 = now_s();
         if (status != ZC_OK) {
-            fprintf(stderr, "codec_bench: %s: encode: %s\n", st->name, zc_status_string(status));
-            return -1;
+            fail(st, "encode", status);
+            goto out;
         }
         memset(out, 0, n * sizeof(float));
         double t2 = now_s();
-        status = zc_codec_decode_add(NULL, payload, len, out, n);
+        status = zc_codec_decode_add(state, payload, len, out, n);
         double t3 = now_s();
         if (status != ZC_OK) {
-            fprintf(stderr, "codec_bench: %s: decode: %s\n", st->name, zc_status_string(status));
-            return -1;
+            fail(st, "decode_add", status);
+            goto out;
         }
-        if (r > 0) {
+        double t4 = now_s();
+        if (linear && (status = zc_codec_reduce(state, payload, len, payload, len, reduced, cap,
+                                                &rlen)) != ZC_OK) {
+            fail(st, "reduce", status);
+            goto out;
+        }
+        double t5 = now_s();
+        if (r > 0) { /* run 0 is the warm-up */
             enc_best = fmin(enc_best, t1 - t0);
             dec_best = fmin(dec_best, t3 - t2);
+            red_best = fmin(red_best, t5 - t4);
         }
     }
+    /* error of the last decode against this input (with error feedback, of one step) */
     double err = 0, norm = 0;
     for (size_t i = 0; i < n; i++) {
         double d = (double)out[i] - x[i];
@@ -129,9 +234,13 @@ static int run_setting(const setting_t *st, const float *x, size_t n, float *out
     double bytes = (double)n * sizeof(float);
     res->encode_gbs = bytes / enc_best * 1e-9;
     res->decode_gbs = bytes / dec_best * 1e-9;
+    res->reduce_gbs = linear ? bytes / red_best * 1e-9 : 0;
     res->bits_per_coord = len * 8.0 / n;
     res->rel_err = sqrt(err / norm);
-    return 0;
+    rc = 0;
+out:
+    zc_codec_state_destroy(state);
+    return rc;
 }
 
 static void usage(FILE *f)
@@ -164,56 +273,77 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    zc_config_t cfg; /* ZIPCCL_CPU=scalar measures the reference kernels */
+    if (zc_config_load(NULL, &cfg) != ZC_OK || zc_config_apply(&cfg) != ZC_OK)
+        return 1;
+    /* one core: OpenBLAS (GradiVeQ's projections) must not fan out either */
+    openblas_set_num_threads(1);
     size_t n = mib * 1024 * 1024 / sizeof(float);
     size_t cap = 0;
     for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
         zc_codec_params_t p;
         zc_codec_params_default(settings[i].codec, &p);
-        size_t b = zc_codec_bound(&p, n) * 3; /* elias at 17 bits worst case fits in 3x raw */
+        if (settings[i].tune)
+            settings[i].tune(&p);
+        size_t b = zc_codec_bound(&p, n);
         cap = b > cap ? b : cap;
     }
     float *x = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
-    void *payload = malloc(cap);
-    if (!x || !out || !payload) {
+    void *payload = malloc(cap), *reduced = malloc(cap);
+    if (!x || !out || !payload || !reduced) {
         fprintf(stderr, "codec_bench: out of memory for %zu MiB\n", mib);
         return 1;
     }
     fill_gaussian(x, n);
+    /* touch every page once so that no timed run pays for first faults */
     memset(out, 0, n * sizeof(float));
     memset(payload, 0, cap);
+    memset(reduced, 0, cap);
     double memcpy_gbs = bench_memcpy(out, x, n * sizeof(float), reps);
 
     if (!json)
         printf("codec_bench: %zu MiB f32 N(0,1), best of %d, one core, cpu %s\n"
-               "memcpy %.2f GB/s (baseline, same run)\n\n"
-               "%-26s %10s %8s %10s %8s %10s %10s\n",
+               "memcpy %.2f GB/s (baseline, same run); GB/s count f32 input bytes\n\n"
+               "%-24s %9s %7s %9s %7s %9s %7s %10s %9s\n",
                mib, reps, zc_cpu_level_name(zc_cpu_level()), memcpy_gbs, "setting", "enc GB/s",
-               "x memcpy", "dec GB/s", "x memcpy", "bits/coord", "rel err");
+               "x mcpy", "dec GB/s", "x mcpy", "red GB/s", "x mcpy", "bits/coord", "rel err");
     int failed = 0;
     for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
         const setting_t *st = &settings[i];
         result_t r;
+        char red[32], red_ratio[32], red_json[64];
         if (only && !strstr(st->name, only))
             continue;
-        if (run_setting(st, x, n, out, payload, cap, reps, &r) < 0) {
+        if (run_setting(st, x, n, out, payload, reduced, cap, reps, &r) < 0) {
             failed = 1;
             continue;
         }
+        snprintf(red, sizeof(red), r.reduce_gbs > 0 ? "%.2f" : "-", r.reduce_gbs);
+        snprintf(red_ratio, sizeof(red_ratio), r.reduce_gbs > 0 ? "%.3f" : "-",
+                 r.reduce_gbs / memcpy_gbs);
+        if (r.reduce_gbs > 0)
+            snprintf(red_json, sizeof(red_json), "%.3f,\"reduce_vs_memcpy\":%.4f", r.reduce_gbs,
+                     r.reduce_gbs / memcpy_gbs);
+        else
+            snprintf(red_json, sizeof(red_json), "null,\"reduce_vs_memcpy\":null");
         if (json)
             printf("{\"setting\":\"%s\",\"codec\":\"%s\",\"mib\":%zu,\"cpu\":\"%s\","
-                   "\"encode_gbs\":%.3f,\"decode_add_gbs\":%.3f,\"memcpy_gbs\":%.3f,"
-                   "\"encode_vs_memcpy\":%.4f,\"decode_add_vs_memcpy\":%.4f,"
+                   "\"memcpy_gbs\":%.3f,\"encode_gbs\":%.3f,\"encode_vs_memcpy\":%.4f,"
+                   "\"decode_add_gbs\":%.3f,\"decode_add_vs_memcpy\":%.4f,\"reduce_gbs\":%s,"
                    "\"bits_per_coord\":%.4f,\"ratio_vs_f32\":%.2f,\"rel_l2_error\":%.5f}\n",
                    st->name, zc_codec_name(st->codec), mib, zc_cpu_level_name(zc_cpu_level()),
-                   r.encode_gbs, r.decode_gbs, memcpy_gbs, r.encode_gbs / memcpy_gbs,
-                   r.decode_gbs / memcpy_gbs, r.bits_per_coord, 32 / r.bits_per_coord, r.rel_err);
+                   memcpy_gbs, r.encode_gbs, r.encode_gbs / memcpy_gbs, r.decode_gbs,
+                   r.decode_gbs / memcpy_gbs, red_json, r.bits_per_coord, 32 / r.bits_per_coord,
+                   r.rel_err);
         else
-            printf("%-26s %10.2f %8.3f %10.2f %8.3f %10.3f %10.5f\n", st->name, r.encode_gbs,
-                   r.encode_gbs / memcpy_gbs, r.decode_gbs, r.decode_gbs / memcpy_gbs,
-                   r.bits_per_coord, r.rel_err);
+            printf("%-24s %9.2f %7.3f %9.2f %7.3f %9s %7s %10.3f %9.5f\n", st->name, r.encode_gbs,
+                   r.encode_gbs / memcpy_gbs, r.decode_gbs, r.decode_gbs / memcpy_gbs, red,
+                   red_ratio, r.bits_per_coord, r.rel_err);
+        fflush(stdout);
     }
     free(x);
     free(out);
     free(payload);
+    free(reduced);
     return failed;
 }

@@ -54,6 +54,9 @@ typedef struct zc_codec_ops {
     /*
      * Adds @p alpha times the decoded body (@p len bytes) into @p dst[0..count);
      * @p alpha is +1 or -1 (the error-feedback subtraction), so it is exact.
+     * With -1 a codec may define what is left where it sent a non-finite value
+     * (topk leaves 0 there, not inf - inf, so that one overflow does not poison
+     * every later step).
      */
     zc_status_t (*decode_add)(zc_codec_state_t *state, const uint8_t *body, size_t len, float *dst,
                               uint64_t count, float alpha);

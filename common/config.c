@@ -1,5 +1,6 @@
 #include "common/config.h"
 #include "common/compiler.h"
+#include "common/cpu.h"
 #include "common/log.h"
 
 #include <ctype.h>
@@ -398,5 +399,17 @@ zc_status_t zc_config_load(char *const *envp, zc_config_t *cfg_p)
         }
     }
     *cfg_p = cfg;
+    return ZC_OK;
+}
+
+zc_status_t zc_config_apply(const zc_config_t *cfg)
+{
+    zc_log_set_level((zc_log_level_t)cfg->log_level);
+    zc_cpu_level_t want = cfg->cpu == 0 ? zc_cpu_detect() : (zc_cpu_level_t)(cfg->cpu - 1);
+    if (zc_cpu_set_level(want) != ZC_OK) {
+        ZC_ERROR("ZIPCCL_CPU=%s, but this processor supports at most %s", zc_cpu_level_name(want),
+                 zc_cpu_level_name(zc_cpu_detect()));
+        return ZC_ERR_INVALID_CONFIG;
+    }
     return ZC_OK;
 }

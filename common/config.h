@@ -57,6 +57,13 @@ void zc_config_defaults(zc_config_t *cfg);
  */
 zc_status_t zc_config_load(char *const *envp, zc_config_t *cfg_p);
 
+/*
+ * Applies the process-wide settings of @p cfg: the log level (ZIPCCL_LOG_LEVEL)
+ * and the CPU level kernels may use (ZIPCCL_CPU). A CPU level this processor
+ * lacks logs an error and returns ZC_ERR_INVALID_CONFIG.
+ */
+zc_status_t zc_config_apply(const zc_config_t *cfg);
+
 /* Parses one @p value for @p param into @p value_p; ZC_ERR_INVALID_CONFIG (not logged) if bad. */
 zc_status_t zc_param_parse(const zc_param_desc_t *param, const char *value, int64_t *value_p);
 

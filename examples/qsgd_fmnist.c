@@ -175,15 +175,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (zc_config_load(NULL, &cfg) != ZC_OK)
-        return 1;
-    zc_log_set_level((zc_log_level_t)cfg.log_level);
-    if (cfg.cpu != 0 && zc_cpu_set_level((zc_cpu_level_t)(cfg.cpu - 1)) != ZC_OK) {
-        fprintf(stderr,
-                "qsgd_fmnist: ZIPCCL_CPU asks for a level this processor lacks (best: %s)\n",
-                zc_cpu_level_name(zc_cpu_detect()));
-        return 1;
-    }
+    if (zc_config_load(NULL, &cfg) != ZC_OK || zc_config_apply(&cfg) != ZC_OK)
+        return 1; /* the loader said which variable is wrong */
     if (fmnist_load(dir, "train", &train) < 0)
         return 1;
 

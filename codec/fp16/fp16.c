@@ -1,35 +1,247 @@
-/* Placeholder until the fp16/bf16 codec lands (codec issue): every call is unsupported. */
+/*
+ * The fp16 and bf16 codecs: every value narrowed to IEEE binary16 or bfloat16,
+ * rounded to nearest, ties to even, as a hardware cast does (overflow to inf,
+ * NaN stays a quiet NaN). Body (docs/codecs.md): count 2-byte values,
+ * little-endian, nothing else. Input already in the codec's format is copied
+ * bit for bit; the other half format is widened to f32 (exactly) and rounded.
+ *
+ * Both are linear: reduce widens the two bodies, adds in f32 and rounds back,
+ * once per reduce. The f32 sum of two f16 (11-bit) or bf16 (8-bit) values,
+ * rounded to f32 and then to the half format, is the exact sum correctly
+ * rounded: double rounding is innocuous when the intermediate precision p'
+ * satisfies p' >= 2p + 2 (Figueroa, "When is double rounding innocuous?",
+ * SIGNUM Newsletter 30(3), 1995), and 24 >= 24 (f16), 24 >= 18 (bf16). A
+ * ring of N reduces therefore rounds N - 1 times: not unbiased (no
+ * ZC_CODEC_CAP_UNBIASED), but each step is the best the format can do.
+ *
+ * The scalar kernels here are the reference; kernels_avx512.c must match
+ * them byte for byte.
+ */
 #include "codec/codec.h"
+#include "codec/fp16/half_kernels.h"
+#include "common/compiler.h"
+#include "common/half.h"
+
+#include <string.h>
+
+/* f16 input to the bf16 codec (and the reverse) is widened in blocks of this many values. */
+#define HALF_CROSS_BLOCK 1024
+
+/* ------------------------------------------------------- scalar kernels */
+
+static void f16_encode_scalar(const float *src, size_t n, uint8_t *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        zc_half_store_le16(dst + 2 * i, zc_f32_to_f16(src[i]));
+}
+
+static void bf16_encode_scalar(const float *src, size_t n, uint8_t *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        zc_half_store_le16(dst + 2 * i, zc_f32_to_bf16(src[i]));
+}
+
+static void f16_decode_add_scalar(const uint8_t *src, size_t n, float alpha, float *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += alpha * zc_f16_to_f32(zc_half_load_le16(src + 2 * i));
+}
+
+static void bf16_decode_add_scalar(const uint8_t *src, size_t n, float alpha, float *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += alpha * zc_bf16_to_f32(zc_half_load_le16(src + 2 * i));
+}
+
+/*
+ * NaNs are picked explicitly (a's, then b's, quieted): which operand's payload
+ * a float addition keeps is up to the compiler's operand order, and the SIMD
+ * variants must agree bit for bit. inf + -inf is the processor's default NaN,
+ * which does not depend on the order.
+ */
+static void f16_reduce_scalar(const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint16_t x = zc_half_load_le16(a + 2 * i), y = zc_half_load_le16(b + 2 * i);
+        uint16_t r;
+        if (zc_f16_bits_nan(x))
+            r = x | 0x0200u;
+        else if (zc_f16_bits_nan(y))
+            r = y | 0x0200u;
+        else
+            r = zc_f32_to_f16(zc_f16_to_f32(x) + zc_f16_to_f32(y));
+        zc_half_store_le16(dst + 2 * i, r);
+    }
+}
+
+static void bf16_reduce_scalar(const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint16_t x = zc_half_load_le16(a + 2 * i), y = zc_half_load_le16(b + 2 * i);
+        uint16_t r;
+        if (zc_bf16_bits_nan(x))
+            r = x | 0x0040u;
+        else if (zc_bf16_bits_nan(y))
+            r = y | 0x0040u;
+        else
+            r = zc_f32_to_bf16(zc_bf16_to_f32(x) + zc_bf16_to_f32(y));
+        zc_half_store_le16(dst + 2 * i, r);
+    }
+}
+
+const zc_half_kernels_t zc_half_kernels_scalar[ZC_HALF_NFORMATS] = {
+    [ZC_HALF_F16] =
+        {
+            .encode = f16_encode_scalar,
+            .decode_add = f16_decode_add_scalar,
+            .reduce = f16_reduce_scalar,
+        },
+    [ZC_HALF_BF16] =
+        {
+            .encode = bf16_encode_scalar,
+            .decode_add = bf16_decode_add_scalar,
+            .reduce = bf16_reduce_scalar,
+        },
+};
+
+const zc_half_kernels_t *zc_half_kernels(zc_half_format_t format)
+{
+    static const zc_half_kernels_t *const variants[ZC_CPU_NLEVELS] = {
+        [ZC_CPU_SCALAR] = zc_half_kernels_scalar,
+#if defined(__x86_64__)
+        [ZC_CPU_AVX512] = zc_half_kernels_avx512,
+#endif
+    };
+    return &ZC_CPU_SELECT(variants)[format];
+}
+
+/* ---------------------------------------------------------------- codec */
+
+static zc_half_format_t format_of(const zc_codec_params_t *params)
+{
+    return params->codec == ZC_CODEC_BF16 ? ZC_HALF_BF16 : ZC_HALF_F16;
+}
 
 static size_t half_bound(const zc_codec_params_t *params, uint64_t count)
 {
-    return 0;
+    return count > SIZE_MAX / 2 ? SIZE_MAX : (size_t)count * 2;
+}
+
+/* The body is little-endian; on a little-endian host the values are copied as they are. */
+static void copy_le16(const uint16_t *src, size_t n, uint8_t *dst)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(dst, src, n * 2);
+#else
+    for (size_t i = 0; i < n; i++)
+        zc_half_store_le16(dst + 2 * i, src[i]);
+#endif
 }
 
 static zc_status_t half_encode(const zc_codec_params_t *params, zc_codec_state_t *state,
                                const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
                                uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
 {
-    return ZC_ERR_UNSUPPORTED;
+    const zc_half_format_t format = format_of(params);
+    const zc_dtype_t native = format == ZC_HALF_BF16 ? ZC_DTYPE_BF16 : ZC_DTYPE_F16;
+
+    if (count > cap / 2)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    const size_t n = (size_t)count;
+    if (n == 0) {
+        *len_p = 0; /* src may be NULL */
+        return ZC_OK;
+    }
+    const zc_half_kernels_t *k = zc_half_kernels(format);
+    if (dtype == native) {
+        copy_le16(src, n, dst);
+    } else if (dtype == ZC_DTYPE_F32) {
+        k->encode(src, n, dst);
+    } else {
+        /* the other half format: widening to f32 is exact, then one rounding */
+        float tmp[HALF_CROSS_BLOCK];
+        const uint16_t *h = src;
+        for (size_t i = 0; i < n; i += HALF_CROSS_BLOCK) {
+            size_t m = ZC_MIN(n - i, (size_t)HALF_CROSS_BLOCK);
+            zc_dtype_to_f32(dtype, h + i, m, tmp);
+            k->encode(tmp, m, dst + 2 * i);
+        }
+    }
+    *len_p = n * 2;
+    return ZC_OK;
 }
 
-static zc_status_t half_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
+static int body_len_ok(size_t len, uint64_t count)
+{
+    return count <= SIZE_MAX / 2 && len == (size_t)count * 2;
+}
+
+static zc_status_t half_decode_add_as(zc_half_format_t format, const uint8_t *body, size_t len,
+                                      float *dst, uint64_t count, float alpha)
+{
+    if (!body_len_ok(len, count))
+        return ZC_ERR_CORRUPT;
+    if (count > 0)
+        zc_half_kernels(format)->decode_add(body, (size_t)count, alpha, dst);
+    return ZC_OK;
+}
+
+static zc_status_t half_reduce_as(zc_half_format_t format, const uint8_t *a, size_t alen,
+                                  const uint8_t *b, size_t blen, uint64_t count, uint8_t *dst,
+                                  size_t cap, size_t *len_p)
+{
+    if (!body_len_ok(alen, count) || !body_len_ok(blen, count))
+        return ZC_ERR_CORRUPT;
+    if (cap < alen)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    if (count > 0)
+        zc_half_kernels(format)->reduce(a, b, (size_t)count, dst);
+    *len_p = alen;
+    return ZC_OK;
+}
+
+static zc_status_t f16_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
+                                  float *dst, uint64_t count, float alpha)
+{
+    return half_decode_add_as(ZC_HALF_F16, body, len, dst, count, alpha);
+}
+
+static zc_status_t bf16_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
                                    float *dst, uint64_t count, float alpha)
 {
-    return ZC_ERR_UNSUPPORTED;
+    return half_decode_add_as(ZC_HALF_BF16, body, len, dst, count, alpha);
+}
+
+static zc_status_t f16_reduce(zc_codec_state_t *state, const uint8_t *a, size_t alen,
+                              const uint8_t *b, size_t blen, uint64_t count, uint8_t *dst,
+                              size_t cap, size_t *len_p)
+{
+    return half_reduce_as(ZC_HALF_F16, a, alen, b, blen, count, dst, cap, len_p);
+}
+
+static zc_status_t bf16_reduce(zc_codec_state_t *state, const uint8_t *a, size_t alen,
+                               const uint8_t *b, size_t blen, uint64_t count, uint8_t *dst,
+                               size_t cap, size_t *len_p)
+{
+    return half_reduce_as(ZC_HALF_BF16, a, alen, b, blen, count, dst, cap, len_p);
 }
 
 const zc_codec_ops_t zc_codec_fp16_ops = {
     .name = "fp16",
     .id = ZC_CODEC_FP16,
+    .caps = ZC_CODEC_CAP_STATELESS | ZC_CODEC_CAP_LINEAR,
     .bound = half_bound,
     .encode = half_encode,
-    .decode_add = half_decode_add,
+    .decode_add = f16_decode_add,
+    .reduce = f16_reduce,
 };
+
 const zc_codec_ops_t zc_codec_bf16_ops = {
     .name = "bf16",
     .id = ZC_CODEC_BF16,
+    .caps = ZC_CODEC_CAP_STATELESS | ZC_CODEC_CAP_LINEAR,
     .bound = half_bound,
     .encode = half_encode,
-    .decode_add = half_decode_add,
+    .decode_add = bf16_decode_add,
+    .reduce = bf16_reduce,
 };

@@ -1,28 +1,341 @@
-/* Placeholder until the gradiveq codec lands (codec issue): every call is unsupported. */
-#include "codec/codec.h"
+/*
+ * GradiVeQ: linear projection of gradient slices on a learned PCA basis (Yu et
+ * al., NeurIPS 2018). A slice g of K consecutive values is sent as the d
+ * coefficients c = U^T (g - mu / N) (paper eq. 1/4); payloads add without
+ * decoding, and a sum of m payloads decodes to U c + mu * m / N, which is the
+ * paper's U U^T (g - mu) + mu once all N ranks are in. The basis U and mean mu
+ * are learned from the aggregated sum (basis.c). Body layout (docs/codecs.md):
+ *
+ *   u32 slice K | u32 dim d | u32 basis version | u32 basis tag | u32 contributions m
+ *   | u32 ranks N
+ *   version 0 (no basis yet): count f32 values, raw
+ *   version >= 1:             (count / K) x d f32 coefficients, row-major,
+ *                             then the count % K tail values as raw f32
+ */
+#include "codec/gradiveq/gradiveq.h"
+#include "common/bitio.h"
+#include "common/compiler.h"
 
-static size_t gradiveq_bound(const zc_codec_params_t *params, uint64_t count)
+#include <cblas.h>
+
+#include <stdalign.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "gradiveq reads and writes payload floats in place: little-endian hosts only"
+#endif
+
+#define BODY_HDR 24
+
+typedef struct body_header {
+    uint32_t slice, dim, version, tag, contributions, ranks;
+} body_header_t;
+
+static zc_status_t gradiveq_check(const zc_codec_params_t *p)
 {
-    return 0;
+    const uint32_t k = p->gradiveq.slice;
+
+    if (k < ZC_GRADIVEQ_MIN_SLICE || k > ZC_GRADIVEQ_MAX_SLICE || p->gradiveq.dim > k ||
+        !(p->gradiveq.energy > 0 && p->gradiveq.energy <= 1) || p->gradiveq.ranks < 1 ||
+        p->gradiveq.samples < 1 || p->gradiveq.samples > ZC_GRADIVEQ_MAX_SAMPLES ||
+        (p->gradiveq.error_feedback != 0 && p->gradiveq.error_feedback != 1))
+        return ZC_ERR_INVALID_CONFIG;
+    return ZC_OK;
 }
 
-static zc_status_t gradiveq_encode(const zc_codec_params_t *params, zc_codec_state_t *state,
+static int gradiveq_error_feedback(const zc_codec_params_t *p)
+{
+    return p->gradiveq.error_feedback;
+}
+
+/* A version-0 payload (every value raw) is the largest: d <= K. */
+static size_t gradiveq_bound(const zc_codec_params_t *p, uint64_t count)
+{
+    if (count > ZC_GRADIVEQ_MAX_COUNT)
+        return SIZE_MAX;
+    return BODY_HDR + (size_t)count * 4;
+}
+
+/* Body bytes after the header for @p h (already checked: d <= K, K >= 2). */
+static uint64_t body_values(const body_header_t *h, uint64_t count)
+{
+    if (h->version == 0)
+        return count;
+    return count / h->slice * h->dim + count % h->slice;
+}
+
+static void header_store(uint8_t *dst, const body_header_t *h)
+{
+    zc_store_le32(dst, h->slice);
+    zc_store_le32(dst + 4, h->dim);
+    zc_store_le32(dst + 8, h->version);
+    zc_store_le32(dst + 12, h->tag);
+    zc_store_le32(dst + 16, h->contributions);
+    zc_store_le32(dst + 20, h->ranks);
+}
+
+/*
+ * Parses and checks a body against @p state: ZC_ERR_CORRUPT when the payload
+ * cannot be one any encoder wrote (fields out of range, wrong length),
+ * ZC_ERR_MISMATCH when it is well formed but made for another basis, slice,
+ * rank count, or sums more contributions than there are ranks.
+ */
+static zc_status_t header_parse(const zc_gradiveq_state_t *g, const uint8_t *body, size_t len,
+                                uint64_t count, body_header_t *h_p)
+{
+    body_header_t h;
+
+    if (len < BODY_HDR || count > ZC_GRADIVEQ_MAX_COUNT)
+        return ZC_ERR_CORRUPT;
+    h.slice = zc_load_le32(body);
+    h.dim = zc_load_le32(body + 4);
+    h.version = zc_load_le32(body + 8);
+    h.tag = zc_load_le32(body + 12);
+    h.contributions = zc_load_le32(body + 16);
+    h.ranks = zc_load_le32(body + 20);
+    if (h.slice < ZC_GRADIVEQ_MIN_SLICE || h.slice > ZC_GRADIVEQ_MAX_SLICE || h.dim > h.slice ||
+        (h.version == 0) != (h.dim == 0) || (h.version == 0) != (h.tag == 0) ||
+        h.contributions == 0 || h.ranks == 0)
+        return ZC_ERR_CORRUPT;
+    if (h.slice != g->slice || h.ranks != g->ranks || h.version != g->version || h.dim != g->dim ||
+        h.tag != g->tag || h.contributions > h.ranks)
+        return ZC_ERR_MISMATCH;
+    if (len - BODY_HDR != body_values(&h, count) * 4)
+        return ZC_ERR_CORRUPT;
+    *h_p = h;
+    return ZC_OK;
+}
+
+static zc_gradiveq_state_t *priv_of(zc_codec_state_t *state)
+{
+    return state && state->params.codec == ZC_CODEC_GRADIVEQ ? state->priv : NULL;
+}
+
+static int aligned_f32(const void *p)
+{
+    return ((uintptr_t)p & (alignof(float) - 1)) == 0;
+}
+
+/* At least @p floats of scratch, kept in the state between calls. */
+static float *scratch(zc_gradiveq_state_t *g, size_t floats)
+{
+    if (g->scratch_len < floats) {
+        float *p = realloc(g->scratch, floats * sizeof(float));
+        if (!p)
+            return NULL;
+        g->scratch = p;
+        g->scratch_len = floats;
+    }
+    return g->scratch;
+}
+
+/* Rows per sgemm call: the coefficient block stays in cache between the fill and the product. */
+static uint64_t chunk_rows(uint32_t k)
+{
+    return ZC_GRADIVEQ_CHUNK / k;
+}
+
+/* c = U^T g - U^T mu / N for every whole slice (paper eq. 1), then the raw tail. */
+static zc_status_t encode_projected(zc_gradiveq_state_t *g, zc_dtype_t dtype, const void *src,
+                                    uint64_t count, uint8_t *coef)
+{
+    const uint32_t k = g->slice, d = g->dim;
+    const size_t esize = zc_dtype_size(dtype);
+    const uint64_t slices = count / k, step = chunk_rows(k);
+    const int direct_in = dtype == ZC_DTYPE_F32 && aligned_f32(src);
+    const int direct_out = aligned_f32(coef);
+    float *tmp = NULL;
+
+    const size_t most = (size_t)ZC_MIN(step, slices);
+    if ((!direct_in || !direct_out) && !(tmp = scratch(g, most * (k + d))))
+        return ZC_ERR_NO_MEMORY;
+    for (uint64_t r0 = 0; r0 < slices; r0 += step) {
+        const size_t rows = (size_t)ZC_MIN(step, slices - r0);
+        const char *in = (const char *)src + r0 * k * esize;
+        const float *x = (const float *)(const void *)in;
+        float *c = direct_out ? (float *)(void *)(coef + r0 * d * 4) : tmp + most * k;
+        if (!direct_in) {
+            zc_dtype_to_f32(dtype, in, rows * k, tmp);
+            x = tmp;
+        }
+        for (size_t r = 0; r < rows; r++)
+            for (uint32_t j = 0; j < d; j++)
+                c[r * d + j] = -g->offset[j];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)d, (int)k, 1.0f, x,
+                    (int)k, g->basis, (int)d, 1.0f, c, (int)d);
+        if (!direct_out)
+            memcpy(coef + r0 * d * 4, c, rows * d * 4);
+    }
+
+    /* the tail, fewer than K values: raw f32 */
+    const uint32_t tail = (uint32_t)(count % k);
+    float t[ZC_GRADIVEQ_MAX_SLICE];
+    zc_dtype_to_f32(dtype, (const char *)src + slices * k * esize, tail, t);
+    if (tail)
+        memcpy(coef + slices * d * 4, t, (size_t)tail * 4);
+    return ZC_OK;
+}
+
+static zc_status_t gradiveq_encode(const zc_codec_params_t *p, zc_codec_state_t *state,
                                    const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
                                    uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
 {
-    return ZC_ERR_UNSUPPORTED;
+    zc_gradiveq_state_t *g = priv_of(state);
+
+    if (!g)
+        return ZC_ERR_INVALID_ARG;
+    if (count > ZC_GRADIVEQ_MAX_COUNT)
+        return ZC_ERR_INVALID_ARG; /* a payload no decoder would accept */
+    const body_header_t h = {
+        .slice = g->slice,
+        .dim = g->dim,
+        .version = g->version,
+        .tag = g->tag,
+        .contributions = 1,
+        .ranks = g->ranks,
+    };
+    const size_t len = BODY_HDR + (size_t)body_values(&h, count) * 4;
+    if (cap < len)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    header_store(dst, &h);
+    if (g->version == 0) {
+        const size_t esize = zc_dtype_size(dtype);
+        float t[ZC_GRADIVEQ_MAX_SLICE];
+        for (uint64_t i = 0; i < count; i += ZC_GRADIVEQ_MAX_SLICE) {
+            size_t n = (size_t)ZC_MIN((uint64_t)ZC_GRADIVEQ_MAX_SLICE, count - i);
+            zc_dtype_to_f32(dtype, (const char *)src + i * esize, n, t);
+            memcpy(dst + BODY_HDR + i * 4, t, n * 4);
+        }
+    } else {
+        ZC_CHECK(encode_projected(g, dtype, src, count, dst + BODY_HDR));
+    }
+    *len_p = len;
+    return ZC_OK;
+}
+
+/* dst += alpha * values, for @p n f32 values at any alignment. */
+static void add_raw(const uint8_t *src, size_t n, float alpha, float *dst)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, src + 4 * i, sizeof(v));
+        dst[i] += alpha * v;
+    }
 }
 
 static zc_status_t gradiveq_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
                                        float *dst, uint64_t count, float alpha)
 {
-    return ZC_ERR_UNSUPPORTED;
+    zc_gradiveq_state_t *g = priv_of(state);
+    body_header_t h;
+
+    if (!g)
+        return ZC_ERR_INVALID_ARG;
+    ZC_CHECK(header_parse(g, body, len, count, &h));
+    const uint8_t *coef = body + BODY_HDR;
+    if (h.version == 0) {
+        add_raw(coef, (size_t)count, alpha, dst);
+        return ZC_OK;
+    }
+
+    /*
+     * One product per block: [c | m/N] (rows x (d + 1)) times [U | mu]^T, so the
+     * mean share rides along as one more coefficient and dst is read and written once.
+     */
+    const uint32_t k = h.slice, d = h.dim;
+    const uint64_t slices = count / k, step = chunk_rows(k);
+    const float share = (float)((double)h.contributions / h.ranks);
+    float *lifted = slices ? scratch(g, (size_t)ZC_MIN(step, slices) * (d + 1)) : NULL;
+    if (slices && !lifted)
+        return ZC_ERR_NO_MEMORY;
+    for (uint64_t r0 = 0; r0 < slices; r0 += step) {
+        const size_t rows = (size_t)ZC_MIN(step, slices - r0);
+        const uint8_t *c = coef + r0 * d * 4;
+        for (size_t r = 0; r < rows; r++) {
+            memcpy(lifted + r * (d + 1), c + r * d * 4, (size_t)d * 4);
+            lifted[r * (d + 1) + d] = share;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)k, (int)(d + 1), alpha,
+                    lifted, (int)(d + 1), g->lifted_basis, (int)(d + 1), 1.0f, dst + r0 * k,
+                    (int)k);
+    }
+    add_raw(coef + slices * d * 4, (size_t)(count % k), alpha, dst + slices * k);
+    return ZC_OK;
+}
+
+/* Coefficients and tails add element-wise; the contributions add up. */
+static zc_status_t gradiveq_reduce(zc_codec_state_t *state, const uint8_t *a, size_t alen,
+                                   const uint8_t *b, size_t blen, uint64_t count, uint8_t *dst,
+                                   size_t cap, size_t *len_p)
+{
+    zc_gradiveq_state_t *g = priv_of(state);
+    body_header_t ha, hb;
+
+    if (!g)
+        return ZC_ERR_INVALID_ARG;
+    ZC_CHECK(header_parse(g, a, alen, count, &ha));
+    ZC_CHECK(header_parse(g, b, blen, count, &hb));
+    /* both match the state, so they match each other; only the sum of m is left */
+    if ((uint64_t)ha.contributions + hb.contributions > ha.ranks)
+        return ZC_ERR_MISMATCH;
+    if (cap < alen)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    ha.contributions += hb.contributions;
+
+    /* dst may be a or b itself: each value is read before it is written */
+    const size_t n = (alen - BODY_HDR) / 4;
+    for (size_t i = 0; i < n; i++) {
+        float x, y;
+        memcpy(&x, a + BODY_HDR + 4 * i, sizeof(x));
+        memcpy(&y, b + BODY_HDR + 4 * i, sizeof(y));
+        x += y;
+        memcpy(dst + BODY_HDR + 4 * i, &x, sizeof(x));
+    }
+    header_store(dst, &ha);
+    *len_p = alen;
+    return ZC_OK;
+}
+
+static zc_status_t gradiveq_state_init(zc_codec_state_t *state)
+{
+    zc_gradiveq_state_t *g = calloc(1, sizeof(*g));
+
+    if (!g)
+        return ZC_ERR_NO_MEMORY;
+    g->slice = state->params.gradiveq.slice;
+    g->ranks = state->params.gradiveq.ranks;
+    state->priv = g;
+    return ZC_OK;
+}
+
+static void gradiveq_state_fini(zc_codec_state_t *state)
+{
+    zc_gradiveq_state_t *g = state ? state->priv : NULL;
+
+    if (!g)
+        return;
+    free(g->basis);
+    free(g->mean);
+    free(g->offset);
+    free(g->lifted_basis);
+    free(g->eigenvalues);
+    free(g->scratch);
+    free(g);
+    state->priv = NULL;
 }
 
 const zc_codec_ops_t zc_codec_gradiveq_ops = {
     .name = "gradiveq",
     .id = ZC_CODEC_GRADIVEQ,
+    .caps = ZC_CODEC_CAP_LINEAR,
+    .check = gradiveq_check,
+    .error_feedback = gradiveq_error_feedback,
     .bound = gradiveq_bound,
     .encode = gradiveq_encode,
     .decode_add = gradiveq_decode_add,
+    .reduce = gradiveq_reduce,
+    .state_init = gradiveq_state_init,
+    .state_fini = gradiveq_state_fini,
+    .state_update = zc_gradiveq_learn,
 };

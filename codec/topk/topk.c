@@ -1,27 +1,226 @@
-/* Placeholder until the topk codec lands (codec issue): every call is unsupported. */
+/*
+ * Top-k: gradient dropping (Aji & Heafield, "Sparse Communication for
+ * Distributed Gradient Descent", 2017) with error feedback (Stich, Cordonnier &
+ * Jaggi, "Sparsified SGD with Memory", 2018).
+ *
+ * The generic layer (codec.c) adds the input to the f32 residual and hands the
+ * residual to encode; encode keeps the values of largest magnitude (select.c)
+ * and writes their values and positions; the generic layer then subtracts the
+ * payload from the residual with decode_add(alpha = -1). Kept f32 values are
+ * the residual's own bits and kept f16 values decode exactly to what was sent,
+ * so sent + new residual = input + old residual, bit for bit.
+ *
+ * Body layout (docs/codecs.md):
+ *
+ *   u64 kept count c | u8 value format | u8 index coding | u8 Rice parameter b
+ *   | i8 f16 scale exponent e | c values (f32, or f16 of value * 2^-e)
+ *   | positions: c gaps, LEB128 varint or Golomb-Rice, to the end of the body
+ */
 #include "codec/codec.h"
+#include "codec/topk/topk.h"
+#include "common/compiler.h"
+#include "common/half.h"
 
-static size_t topk_bound(const zc_codec_params_t *params, uint64_t count)
+#include <math.h>
+#include <stdlib.h>
+
+#define TOPK_HEADER_BYTES 12
+#define TOPK_VALUES_F32 0
+#define TOPK_VALUES_F16 1
+#define TOPK_CODING_VARINT 0
+#define TOPK_CODING_RICE 1
+/*
+ * f16 values carry a power-of-two scale 2^e, chosen so that the largest finite
+ * kept magnitude lands in [2^14, 2^15): nothing finite overflows to infinity
+ * and small gradients keep f16's 11 bits instead of underflowing. 2^e and 2^-e
+ * stay normal floats, so scaling is exact both ways.
+ */
+#define TOPK_F16_EXP_MIN (-126)
+#define TOPK_F16_EXP_MAX 113 /* largest f32 exponent 127, minus 14 */
+
+static zc_status_t topk_check(const zc_codec_params_t *p)
 {
-    return 0;
+    if (!(p->topk.density > 0 && p->topk.density <= 1) ||
+        (p->topk.values != ZC_TOPK_VALUES_F32 && p->topk.values != ZC_TOPK_VALUES_F16))
+        return ZC_ERR_INVALID_CONFIG;
+    return ZC_OK;
 }
 
-static zc_status_t topk_encode(const zc_codec_params_t *params, zc_codec_state_t *state,
+/* Top-k always runs with error feedback: what is not sent now is sent later. */
+static int topk_error_feedback(const zc_codec_params_t *p)
+{
+    (void)p;
+    return 1;
+}
+
+static size_t value_bytes(unsigned format)
+{
+    return format == TOPK_VALUES_F16 ? 2 : 4;
+}
+
+/*
+ * At most zc_topk_max_kept values, each with its value and a gap below n: the
+ * varint of a gap takes at most varint_len(n - 1) bytes, and Rice is only
+ * chosen when it is smaller than the varint coding.
+ */
+static size_t topk_bound(const zc_codec_params_t *p, uint64_t count)
+{
+    if (count > ZC_TOPK_MAX_COUNT)
+        return SIZE_MAX;
+    if (count == 0)
+        return TOPK_HEADER_BYTES;
+    const uint64_t cmax = zc_topk_max_kept(count, zc_topk_target(count, p->topk.density));
+    uint64_t bytes =
+        TOPK_HEADER_BYTES + cmax * (value_bytes(p->topk.values) + zc_varint_len(count - 1));
+    return bytes > SIZE_MAX ? SIZE_MAX : (size_t)bytes;
+}
+
+static inline float pow2f(int e)
+{
+    return zc_f32_from_bits((uint32_t)(127 + e) << 23);
+}
+
+/* The f16 scale exponent for the kept values: see TOPK_F16_EXP_MIN. */
+static int f16_exponent(const float *x, const uint64_t *idx, uint64_t c)
+{
+    uint32_t max = 0;
+    for (uint64_t j = 0; j < c; j++) {
+        uint32_t key = zc_topk_key(x[idx[j]]);
+        if (key < ZC_TOPK_INF_KEY && key > max)
+            max = key;
+    }
+    if (max == 0)
+        return 0;
+    int e = (int)(max >> 23) - 127 - 14; /* a subnormal max gives -141: clamped */
+    return e < TOPK_F16_EXP_MIN ? TOPK_F16_EXP_MIN : e;
+}
+
+static void write_values(const float *x, const uint64_t *idx, uint64_t c, unsigned format, int e,
+                         uint8_t *dst)
+{
+    if (format == TOPK_VALUES_F32) {
+        for (uint64_t j = 0; j < c; j++)
+            zc_store_le32(dst + 4 * j, zc_f32_bits(x[idx[j]]));
+        return;
+    }
+    /* a * 2^-e is exact unless it falls below FLT_MIN, where f16 rounds it to 0 anyway */
+    const float inv = pow2f(-e);
+    for (uint64_t j = 0; j < c; j++) {
+        uint16_t h = zc_f32_to_f16(x[idx[j]] * inv);
+        /* within 2^-11 of FLT_MAX, rounding up gives 2^15 * 2^113 = 2^128: round down instead */
+        if (e == TOPK_F16_EXP_MAX && (h & 0x7fffu) == 0x7800u)
+            h--;
+        dst[2 * j] = (uint8_t)h;
+        dst[2 * j + 1] = (uint8_t)(h >> 8);
+    }
+}
+
+static zc_status_t topk_encode(const zc_codec_params_t *p, zc_codec_state_t *state,
                                const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
                                uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
 {
-    return ZC_ERR_UNSUPPORTED;
+    const float *x = src;
+    const unsigned format =
+        p->topk.values == ZC_TOPK_VALUES_F16 ? TOPK_VALUES_F16 : TOPK_VALUES_F32;
+    zc_topk_path_t path;
+    zc_status_t status;
+    uint64_t c;
+
+    (void)state;
+    (void)rng; /* selection is deterministic */
+    /* with error feedback the generic layer hands over the f32 residual */
+    if (dtype != ZC_DTYPE_F32 || count > ZC_TOPK_MAX_COUNT)
+        return ZC_ERR_INVALID_ARG;
+    if (cap < TOPK_HEADER_BYTES)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+
+    const uint64_t cmax = zc_topk_max_kept(count, zc_topk_target(count, p->topk.density));
+    uint64_t *idx = malloc((size_t)(cmax + ZC_TOPK_COLLECT_SLACK) * sizeof(*idx));
+    if (!idx)
+        return ZC_ERR_NO_MEMORY;
+    ZC_CHECK_GOTO(zc_topk_select(x, count, p->topk.density, idx, &c, &path), status, out);
+    if (c > cmax) {
+        status = ZC_ERR_INTERNAL;
+        goto out;
+    }
+
+    const uint64_t vbytes = c * value_bytes(format);
+    uint64_t ibytes = zc_topk_varint_bytes(idx, c), rice_bytes = UINT64_MAX;
+    unsigned b = c ? zc_topk_rice_choose(idx, c, &rice_bytes) : 0;
+    const int rice = rice_bytes < ibytes;
+    if (rice)
+        ibytes = rice_bytes;
+    else
+        b = 0;
+    if (cap - TOPK_HEADER_BYTES < vbytes || cap - TOPK_HEADER_BYTES - vbytes < ibytes) {
+        status = ZC_ERR_BUFFER_TOO_SMALL;
+        goto out;
+    }
+
+    const int e = format == TOPK_VALUES_F16 ? f16_exponent(x, idx, c) : 0;
+    zc_store_le64(dst, c);
+    dst[8] = (uint8_t)format;
+    dst[9] = rice ? TOPK_CODING_RICE : TOPK_CODING_VARINT;
+    dst[10] = (uint8_t)b;
+    dst[11] = (uint8_t)(int8_t)e;
+    write_values(x, idx, c, format, e, dst + TOPK_HEADER_BYTES);
+    uint8_t *pos = dst + TOPK_HEADER_BYTES + vbytes;
+    if (rice) {
+        if (zc_topk_rice_write(idx, c, b, pos, (size_t)ibytes) != ibytes) {
+            status = ZC_ERR_INTERNAL;
+            goto out;
+        }
+    } else {
+        zc_topk_varint_write(idx, c, pos);
+    }
+    *len_p = (size_t)(TOPK_HEADER_BYTES + vbytes + ibytes);
+    status = ZC_OK;
+out:
+    free(idx);
+    return status;
 }
 
 static zc_status_t topk_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
                                    float *dst, uint64_t count, float alpha)
 {
-    return ZC_ERR_UNSUPPORTED;
+    (void)state;
+    if (len < TOPK_HEADER_BYTES || count > ZC_TOPK_MAX_COUNT)
+        return ZC_ERR_CORRUPT;
+    const uint64_t c = zc_load_le64(body);
+    const unsigned format = body[8], coding = body[9], b = body[10];
+    const int e = (int8_t)body[11];
+    if (format > TOPK_VALUES_F16 || coding > TOPK_CODING_RICE || c > count)
+        return ZC_ERR_CORRUPT;
+    if ((coding == TOPK_CODING_VARINT && b != 0) || b > ZC_TOPK_RICE_MAX_PARAM)
+        return ZC_ERR_CORRUPT;
+    if ((format == TOPK_VALUES_F32 && e != 0) || e < TOPK_F16_EXP_MIN || e > TOPK_F16_EXP_MAX)
+        return ZC_ERR_CORRUPT;
+    const size_t vsize = value_bytes(format), rest = len - TOPK_HEADER_BYTES;
+    if (c > rest / vsize)
+        return ZC_ERR_CORRUPT;
+    const size_t vbytes = (size_t)c * vsize;
+    const uint8_t *ipos = body + TOPK_HEADER_BYTES + vbytes;
+    const size_t ilen = rest - vbytes;
+
+    const zc_topk_sink_t sink = {
+        .values = body + TOPK_HEADER_BYTES,
+        .dst = dst,
+        .scale = pow2f(e),
+        .f16 = format == TOPK_VALUES_F16,
+        .subtract = alpha < 0,
+    };
+    if (coding == TOPK_CODING_RICE)
+        return zc_topk_rice_decode(ipos, ilen, c, count, b, &sink);
+    return zc_topk_varint_decode(ipos, ilen, c, count, &sink);
 }
 
+/* Needs its residual (state) and is biased: what it drops comes later. */
 const zc_codec_ops_t zc_codec_topk_ops = {
     .name = "topk",
     .id = ZC_CODEC_TOPK,
+    .caps = 0,
+    .check = topk_check,
+    .error_feedback = topk_error_feedback,
     .bound = topk_bound,
     .encode = topk_encode,
     .decode_add = topk_decode_add,

@@ -681,3 +681,25 @@ Test(config_parse, decimal_forms_and_range)
         cr_assert_eq(v, -7, "output written for '%s'", bad[i]);
     }
 }
+
+Test(config_apply, cpu_level_and_log_level)
+{
+    zc_config_t cfg;
+    char *const scalar_env[] = {"ZIPCCL_CPU=scalar", "ZIPCCL_LOG_LEVEL=error", NULL};
+    cr_assert_eq(zc_config_load(scalar_env, &cfg), ZC_OK);
+    cr_assert_eq(zc_config_apply(&cfg), ZC_OK);
+    cr_assert_eq(zc_cpu_level(), ZC_CPU_SCALAR);
+    cr_assert_eq(zc_log_level_current, ZC_LOG_ERROR);
+
+    char *const auto_env[] = {"ZIPCCL_CPU=auto", NULL};
+    cr_assert_eq(zc_config_load(auto_env, &cfg), ZC_OK);
+    cr_assert_eq(zc_config_apply(&cfg), ZC_OK);
+    cr_assert_eq(zc_log_level_current, ZC_LOG_WARN);
+    cr_assert_eq(zc_cpu_level(), zc_cpu_detect(), "auto lifts an earlier cap");
+
+    if (zc_cpu_detect() < ZC_CPU_AVX512) {
+        char *const high_env[] = {"ZIPCCL_CPU=avx512", NULL};
+        cr_assert_eq(zc_config_load(high_env, &cfg), ZC_OK);
+        cr_assert_eq(zc_config_apply(&cfg), ZC_ERR_INVALID_CONFIG);
+    }
+}
