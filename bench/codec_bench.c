@@ -24,94 +24,75 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A codec setting: fields left 0 keep the codec's default. */
 typedef struct setting {
     const char *name;
     zc_codec_id_t codec;
-    void (*tune)(zc_codec_params_t *p); /* adjusts the codec's defaults */
+    unsigned qsgd_bits;   /* s = 2^(bits-1) - 1 ... */
+    uint32_t qsgd_levels; /* ... unless s is given */
+    uint32_t qsgd_bucket;
+    zc_qsgd_scale_t qsgd_scale;
+    zc_qsgd_coding_t qsgd_coding;
+    int qsgd_ef;
+    double topk_density;
+    zc_topk_values_t topk_values;
+    uint32_t gradiveq_dim;
 } setting_t;
 
-static void qsgd(zc_codec_params_t *p, unsigned bits, uint32_t bucket, zc_qsgd_scale_t scale,
-                 zc_qsgd_coding_t coding)
-{
-    p->qsgd.levels = zc_qsgd_levels_for_bits(bits);
-    p->qsgd.bucket = bucket;
-    p->qsgd.scale = scale;
-    p->qsgd.coding = coding;
-}
-
-static void qsgd2_d128(zc_codec_params_t *p)
-{
-    qsgd(p, 2, 128, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_FIXED);
-}
-static void qsgd4_d512(zc_codec_params_t *p)
-{
-    qsgd(p, 4, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_FIXED);
-}
-static void qsgd8_d512(zc_codec_params_t *p)
-{
-    qsgd(p, 8, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_FIXED);
-}
-static void qsgd4_l2(zc_codec_params_t *p)
-{
-    qsgd(p, 4, 512, ZC_QSGD_SCALE_L2, ZC_QSGD_CODING_FIXED);
-}
-static void qsgd4_auto(zc_codec_params_t *p)
-{
-    qsgd(p, 4, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_AUTO);
-}
-static void qsgd4_elias(zc_codec_params_t *p)
-{
-    qsgd(p, 4, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_ELIAS);
-}
-/* the theory setting: s = sqrt(d), L2 scale, Elias (Corollary 3.3: <= 2.8 bits/value) */
-static void qsgd_s91_elias(zc_codec_params_t *p)
-{
-    qsgd(p, 2, 8192, ZC_QSGD_SCALE_L2, ZC_QSGD_CODING_ELIAS);
-    p->qsgd.levels = 91;
-}
-static void qsgd4_ef(zc_codec_params_t *p)
-{
-    qsgd4_d512(p);
-    p->qsgd.error_feedback = 1;
-}
-static void topk_f16(zc_codec_params_t *p)
-{
-    p->topk.values = ZC_TOPK_VALUES_F16;
-}
-static void topk_01(zc_codec_params_t *p)
-{
-    p->topk.density = 0.001;
-}
-/* two ranks: reduce sums a payload with itself, two contributions */
-static void gradiveq_e99(zc_codec_params_t *p)
-{
-    p->gradiveq.ranks = 2;
-}
-static void gradiveq_d8(zc_codec_params_t *p)
-{
-    gradiveq_e99(p);
-    p->gradiveq.slice = 64;
-    p->gradiveq.dim = 8;
-}
-
 static const setting_t settings[] = {
-    {"none", ZC_CODEC_NONE, NULL},
-    {"fp16", ZC_CODEC_FP16, NULL},
-    {"bf16", ZC_CODEC_BF16, NULL},
-    {"qsgd-2bit-d128-fixed", ZC_CODEC_QSGD, qsgd2_d128},
-    {"qsgd-4bit-d512-fixed", ZC_CODEC_QSGD, qsgd4_d512},
-    {"qsgd-8bit-d512-fixed", ZC_CODEC_QSGD, qsgd8_d512},
-    {"qsgd-4bit-d512-l2-fixed", ZC_CODEC_QSGD, qsgd4_l2},
-    {"qsgd-4bit-d512-auto", ZC_CODEC_QSGD, qsgd4_auto},
-    {"qsgd-4bit-d512-elias", ZC_CODEC_QSGD, qsgd4_elias},
-    {"qsgd-s91-d8192-l2-elias", ZC_CODEC_QSGD, qsgd_s91_elias},
-    {"qsgd-4bit-d512-ef", ZC_CODEC_QSGD, qsgd4_ef},
-    {"topk-1pct-f32", ZC_CODEC_TOPK, NULL},
-    {"topk-1pct-f16", ZC_CODEC_TOPK, topk_f16},
-    {"topk-0.1pct-f32", ZC_CODEC_TOPK, topk_01},
-    {"gradiveq-K64-d8", ZC_CODEC_GRADIVEQ, gradiveq_d8},
-    {"gradiveq-K64-e0.99", ZC_CODEC_GRADIVEQ, gradiveq_e99},
+    {.name = "none", .codec = ZC_CODEC_NONE},
+    {.name = "fp16", .codec = ZC_CODEC_FP16},
+    {.name = "bf16", .codec = ZC_CODEC_BF16},
+    {.name = "qsgd-2bit-d128-fixed", .codec = ZC_CODEC_QSGD, .qsgd_bits = 2, .qsgd_bucket = 128},
+    {.name = "qsgd-4bit-d512-fixed", .codec = ZC_CODEC_QSGD, .qsgd_bits = 4},
+    {.name = "qsgd-8bit-d512-fixed", .codec = ZC_CODEC_QSGD, .qsgd_bits = 8},
+    {.name = "qsgd-4bit-d512-l2-fixed",
+     .codec = ZC_CODEC_QSGD,
+     .qsgd_bits = 4,
+     .qsgd_scale = ZC_QSGD_SCALE_L2},
+    {.name = "qsgd-4bit-d512-auto",
+     .codec = ZC_CODEC_QSGD,
+     .qsgd_bits = 4,
+     .qsgd_coding = ZC_QSGD_CODING_AUTO},
+    {.name = "qsgd-4bit-d512-elias",
+     .codec = ZC_CODEC_QSGD,
+     .qsgd_bits = 4,
+     .qsgd_coding = ZC_QSGD_CODING_ELIAS},
+    /* the theory setting: s = sqrt(d), L2 scale, Elias (Corollary 3.3: <= 2.8 bits/value) */
+    {.name = "qsgd-s91-d8192-l2-elias",
+     .codec = ZC_CODEC_QSGD,
+     .qsgd_levels = 91,
+     .qsgd_bucket = 8192,
+     .qsgd_scale = ZC_QSGD_SCALE_L2,
+     .qsgd_coding = ZC_QSGD_CODING_ELIAS},
+    {.name = "qsgd-4bit-d512-ef", .codec = ZC_CODEC_QSGD, .qsgd_bits = 4, .qsgd_ef = 1},
+    {.name = "topk-1pct-f32", .codec = ZC_CODEC_TOPK},
+    {.name = "topk-1pct-f16", .codec = ZC_CODEC_TOPK, .topk_values = ZC_TOPK_VALUES_F16},
+    {.name = "topk-0.1pct-f32", .codec = ZC_CODEC_TOPK, .topk_density = 0.001},
+    {.name = "gradiveq-K64-d8", .codec = ZC_CODEC_GRADIVEQ, .gradiveq_dim = 8},
+    {.name = "gradiveq-K64-e0.99", .codec = ZC_CODEC_GRADIVEQ},
 };
+
+static zc_codec_params_t setting_params(const setting_t *st)
+{
+    zc_codec_params_t p;
+    zc_codec_params_default(st->codec, &p);
+    if (st->qsgd_bits)
+        p.qsgd.levels = zc_qsgd_levels_for_bits(st->qsgd_bits);
+    if (st->qsgd_levels)
+        p.qsgd.levels = st->qsgd_levels;
+    if (st->qsgd_bucket)
+        p.qsgd.bucket = st->qsgd_bucket;
+    p.qsgd.scale = st->qsgd_scale;
+    p.qsgd.coding = st->qsgd_coding;
+    p.qsgd.error_feedback = st->qsgd_ef;
+    if (st->topk_density > 0)
+        p.topk.density = st->topk_density;
+    p.topk.values = st->topk_values;
+    p.gradiveq.dim = st->gradiveq_dim;
+    p.gradiveq.ranks = 2; /* reduce sums a payload with itself: two contributions */
+    return p;
+}
 
 typedef struct result {
     double encode_gbs, decode_gbs, reduce_gbs; /* reduce_gbs 0: not linear */
@@ -173,9 +154,7 @@ static int run_setting(const setting_t *st, const float *x, size_t n, float *out
     zc_status_t status;
     int rc = -1;
 
-    zc_codec_params_default(st->codec, &p);
-    if (st->tune)
-        st->tune(&p);
+    p = setting_params(st);
     size_t bound = zc_codec_bound(&p, n);
     if (bound == 0 || bound > cap) {
         fprintf(stderr, "codec_bench: %s: bound %zu does not fit the %zu-byte buffer\n", st->name,
@@ -281,10 +260,7 @@ int main(int argc, char **argv)
     size_t n = mib * 1024 * 1024 / sizeof(float);
     size_t cap = 0;
     for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
-        zc_codec_params_t p;
-        zc_codec_params_default(settings[i].codec, &p);
-        if (settings[i].tune)
-            settings[i].tune(&p);
+        zc_codec_params_t p = setting_params(&settings[i]);
         size_t b = zc_codec_bound(&p, n);
         cap = b > cap ? b : cap;
     }

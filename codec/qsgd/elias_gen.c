@@ -11,6 +11,7 @@
 /* The generator has no tables yet: only the slow paths of elias.c are called. */
 const uint32_t zc_elias_enc_table[ZC_ELIAS_TABLE_SIZE];
 const uint16_t zc_elias_dec_table[ZC_ELIAS_TABLE_SIZE];
+const uint32_t zc_elias_triple_table[ZC_ELIAS_TABLE_SIZE];
 
 int main(int argc, char **argv)
 {
@@ -40,6 +41,21 @@ int main(int argc, char **argv)
                 dec[bits | rest << len] = (uint16_t)(k | len << 8);
     }
 
+    /* QSGD's (gap, sign, level) triples whose three codes fit in 12 bits together */
+    static uint32_t triple[ZC_ELIAS_TABLE_SIZE];
+    for (uint32_t w = 0; w < ZC_ELIAS_TABLE_SIZE; w++) {
+        uint16_t eg = dec[w];
+        unsigned lg = eg >> 8;
+        if (!eg || lg + 1 >= ZC_ELIAS_TABLE_BITS)
+            continue;
+        uint16_t ek = dec[w >> (lg + 1)];
+        unsigned lk = ek >> 8;
+        if (!ek || lg + 1 + lk > ZC_ELIAS_TABLE_BITS)
+            continue; /* the level's code would run past the window */
+        triple[w] = (eg & 0xffu) | (uint32_t)(ek & 0xffu) << 8 | ((w >> lg) & 1u) << 16 |
+                    (uint32_t)(lg + 1 + lk) << 24;
+    }
+
     FILE *f = fopen(argv[1], "w");
     if (!f) {
         perror(argv[1]);
@@ -53,6 +69,9 @@ int main(int argc, char **argv)
     fprintf(f, "};\n\nconst uint16_t zc_elias_dec_table[ZC_ELIAS_TABLE_SIZE] = {\n");
     for (uint32_t k = 0; k < ZC_ELIAS_TABLE_SIZE; k++)
         fprintf(f, "0x%04x,%s", dec[k], k % 8 == 7 ? "\n" : " ");
+    fprintf(f, "};\n\nconst uint32_t zc_elias_triple_table[ZC_ELIAS_TABLE_SIZE] = {\n");
+    for (uint32_t k = 0; k < ZC_ELIAS_TABLE_SIZE; k++)
+        fprintf(f, "0x%08x,%s", triple[k], k % 8 == 7 ? "\n" : " ");
     fprintf(f, "};\n");
     return fclose(f) == 0 ? 0 : 1;
 }

@@ -106,32 +106,33 @@ static uint64_t elias_bits(const int32_t *levels, size_t len)
 }
 
 /*
- * Branch-free over zeros (which fall at random): every value computes its
- * codes and puts zero bits when its level is zero. The writer lives in a local
- * copy so that its state stays in registers.
+ * Nonzero positions are first gathered without branches (zeros fall at random,
+ * a branch on them mispredicts), then each record is one table lookup per code
+ * and one put. The writer lives in a local copy so that its state stays in
+ * registers. @p nz has room for @p len positions.
  */
-static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len)
+static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len, uint32_t *nz)
 {
-    size_t nnz = 0, prev = (size_t)-1;
-
-    for (size_t i = 0; i < len; i++)
+    size_t nnz = 0;
+    for (size_t i = 0; i < len; i++) {
+        nz[nnz] = (uint32_t)i;
         nnz += levels[i] != 0;
+    }
     zc_elias_put(w, (uint32_t)nnz + 1);
 
     zc_bitwriter_t lw = *w;
-    for (size_t i = 0; i < len; i++) {
+    uint32_t prev = UINT32_MAX; /* position -1 */
+    for (size_t j = 0; j < nnz; j++) {
+        uint32_t i = nz[j], gap = i - prev;
         int32_t l = levels[i];
         uint32_t k = (uint32_t)abs(l);
-        size_t gap = i - prev;
+        prev = i;
         if (ZC_UNLIKELY(gap >= ZC_ELIAS_TABLE_SIZE || k >= ZC_ELIAS_TABLE_SIZE)) {
-            if (l != 0) {
-                *w = lw;
-                zc_elias_put(w, (uint32_t)gap);
-                zc_bw_put(w, l < 0, 1);
-                zc_elias_put(w, k);
-                lw = *w;
-                prev = i;
-            }
+            *w = lw;
+            zc_elias_put(w, gap);
+            zc_bw_put(w, l < 0, 1);
+            zc_elias_put(w, k);
+            lw = *w;
             continue;
         }
         /* gap code, sign and level code in one put: at most 19 + 1 + 19 bits */
@@ -139,9 +140,7 @@ static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len)
         unsigned lg = eg >> 24;
         uint64_t bits =
             (eg & 0xffffffu) | (uint64_t)(l < 0) << lg | (uint64_t)(ek & 0xffffffu) << (lg + 1);
-        unsigned n = l != 0 ? lg + 1 + (ek >> 24) : 0;
-        zc_bw_put(&lw, bits, n);
-        prev = l != 0 ? i : prev;
+        zc_bw_put(&lw, bits, lg + 1 + (ek >> 24));
     }
     *w = lw;
 }
@@ -149,8 +148,10 @@ static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len)
 typedef struct qsgd_scratch {
     float *values;   /* f16/bf16 input converted to f32 */
     int32_t *levels; /* signed levels of one bucket */
+    uint32_t *nz;    /* nonzero positions, for Elias coding */
     float values_stack[QSGD_STACK_BUCKET];
     int32_t levels_stack[QSGD_STACK_BUCKET];
+    uint32_t nz_stack[QSGD_STACK_BUCKET];
     void *heap;
 } qsgd_scratch_t;
 
@@ -160,13 +161,15 @@ static zc_status_t scratch_init(qsgd_scratch_t *sc, size_t len)
     if (len <= QSGD_STACK_BUCKET) {
         sc->values = sc->values_stack;
         sc->levels = sc->levels_stack;
+        sc->nz = sc->nz_stack;
         return ZC_OK;
     }
-    sc->heap = malloc(len * (sizeof(float) + sizeof(int32_t)));
+    sc->heap = malloc(len * (sizeof(float) + sizeof(int32_t) + sizeof(uint32_t)));
     if (!sc->heap)
         return ZC_ERR_NO_MEMORY;
     sc->values = sc->heap;
     sc->levels = (int32_t *)(sc->values + len);
+    sc->nz = (uint32_t *)(sc->levels + len);
     return ZC_OK;
 }
 
@@ -267,7 +270,7 @@ static zc_status_t qsgd_encode(const zc_codec_params_t *p, zc_codec_state_t *sta
         pos += 4;
         if (use_elias) {
             zc_bw_init(&w, dst + pos, cap - pos);
-            elias_write(&w, sc.levels, len);
+            elias_write(&w, sc.levels, len, sc.nz);
             size_t n = zc_bw_flush(&w);
             if (n == SIZE_MAX) {
                 status = ZC_ERR_BUFFER_TOO_SMALL;
@@ -338,41 +341,69 @@ static int unpack_add_exact(const uint8_t *src, size_t n, unsigned b, const leve
     return worst ? -1 : 0;
 }
 
-static zc_status_t elias_decode_add(zc_bitreader_t *r, size_t len, const level_scale_t *ls,
-                                    float *dst)
+/*
+ * One Elias bucket. Records come from one 12-bit table lookup when they fit,
+ * else two, else the bit-by-bit decoder. The reader is a local copy (state in
+ * registers); @p exact is a constant in each of the two callers below.
+ */
+static inline __attribute__((always_inline)) zc_status_t
+elias_decode_bucket(zc_bitreader_t *r, size_t len, const level_scale_t *ls, float *dst,
+                    const int exact)
 {
     const uint32_t s = ls->s;
     uint32_t nnz_plus = zc_elias_get(r);
-    if (nnz_plus == 0 || nnz_plus - 1 > len)
+    if (nnz_plus == 0 || nnz_plus - 1 > len || r->overrun)
         return ZC_ERR_CORRUPT;
+    zc_bitreader_t lr = *r;
     size_t pos = (size_t)-1;
     for (uint32_t j = 0; j + 1 < nnz_plus; j++) {
         uint32_t gap, neg, k;
-        /* fast path: gap code, sign and level code all in the next 25 bits */
-        if (r->nbits < 25)
-            zc_br_refill(r);
-        uint16_t eg = zc_elias_dec_table[r->acc & (ZC_ELIAS_TABLE_SIZE - 1)];
-        unsigned lg = eg >> 8;
-        uint16_t ek = zc_elias_dec_table[(r->acc >> (lg + 1)) & (ZC_ELIAS_TABLE_SIZE - 1)];
-        unsigned used = lg + 1 + (ek >> 8);
-        if (ZC_LIKELY(eg != 0 && ek != 0 && used <= r->nbits)) {
-            gap = eg & 0xffu;
-            neg = (uint32_t)(r->acc >> lg) & 1;
-            k = ek & 0xffu;
-            r->acc >>= used;
-            r->nbits -= used;
+        if (lr.nbits < 25)
+            zc_br_refill(&lr);
+        uint32_t t = zc_elias_triple_table[lr.acc & (ZC_ELIAS_TABLE_SIZE - 1)];
+        unsigned used = t >> 24;
+        if (ZC_LIKELY(t != 0 && used <= lr.nbits)) {
+            gap = t & 0xffu;
+            k = (t >> 8) & 0xffu;
+            neg = (t >> 16) & 1u;
         } else {
-            gap = zc_elias_get(r);
-            neg = zc_br_get(r, 1);
-            k = zc_elias_get(r);
+            uint16_t eg = zc_elias_dec_table[lr.acc & (ZC_ELIAS_TABLE_SIZE - 1)];
+            unsigned lg = eg >> 8;
+            uint16_t ek = zc_elias_dec_table[(lr.acc >> (lg + 1)) & (ZC_ELIAS_TABLE_SIZE - 1)];
+            used = lg + 1 + (ek >> 8);
+            if (ZC_LIKELY(eg != 0 && ek != 0 && used <= lr.nbits)) {
+                gap = eg & 0xffu;
+                neg = (uint32_t)(lr.acc >> lg) & 1;
+                k = ek & 0xffu;
+            } else {
+                *r = lr;
+                gap = zc_elias_get(r);
+                neg = zc_br_get(r, 1);
+                k = zc_elias_get(r);
+                if (r->overrun)
+                    return ZC_ERR_CORRUPT;
+                lr = *r;
+                used = 0;
+            }
         }
-        if (gap == 0 || gap > len - (pos + 1) || k == 0 || k > s || r->overrun)
+        lr.acc >>= used;
+        lr.nbits -= used;
+        /* gap in 1..values left, k in 1..s: one unsigned compare each */
+        if (ZC_UNLIKELY(gap - 1 >= len - (pos + 1) || k - 1 >= s))
             return ZC_ERR_CORRUPT;
         pos += gap;
-        float v = level_value(ls, k);
-        dst[pos] += neg ? -v : v;
+        float v = exact ? level_value(ls, k) : (float)k * ls->unit;
+        dst[pos] += zc_f32_from_bits(zc_f32_bits(v) ^ neg << 31); /* signs are random: no branch */
     }
-    return r->overrun ? ZC_ERR_CORRUPT : ZC_OK;
+    *r = lr;
+    return ZC_OK;
+}
+
+static zc_status_t elias_decode_add(zc_bitreader_t *r, size_t len, const level_scale_t *ls,
+                                    float *dst)
+{
+    return ls->exact ? elias_decode_bucket(r, len, ls, dst, 1)
+                     : elias_decode_bucket(r, len, ls, dst, 0);
 }
 
 static zc_status_t qsgd_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,

@@ -58,12 +58,16 @@ const zc_qsgd_kernels_t *zc_qsgd_kernels(void);
  *   zc_elias_enc_table[k], k < 4096: the code's bits (as written, LSB first) | length << 24
  *   zc_elias_dec_table[w]: for the next 12 stream bits w, value | length << 8 of the
  *                          code they begin with, or 0 when that code is longer
+ *   zc_elias_triple_table[w]: for QSGD's nonzero records omega(gap) sign omega(k) that
+ *                          fit in the 12 bits w: gap | k << 8 | sign << 16 | length << 24,
+ *                          or 0 when the record is longer
  */
 #define ZC_ELIAS_TABLE_BITS 12
 #define ZC_ELIAS_TABLE_SIZE (1u << ZC_ELIAS_TABLE_BITS)
 
 extern const uint32_t zc_elias_enc_table[ZC_ELIAS_TABLE_SIZE];
 extern const uint16_t zc_elias_dec_table[ZC_ELIAS_TABLE_SIZE];
+extern const uint32_t zc_elias_triple_table[ZC_ELIAS_TABLE_SIZE];
 
 void zc_elias_put_slow(zc_bitwriter_t *w, uint32_t k);
 /* Reads one code; returns 0 (never a valid value) on a malformed or overlong code. */

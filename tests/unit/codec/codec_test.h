@@ -75,6 +75,15 @@ static inline zc_codec_params_t qsgd_params(uint32_t levels, uint32_t bucket, zc
     return p;
 }
 
+/* A state for @p p and @p n values; the test fails if it cannot be made. */
+static inline zc_codec_state_t *state_new(const zc_codec_params_t *p, size_t n)
+{
+    zc_codec_state_t *st = NULL;
+    cr_assert_eq(zc_codec_state_create(p, n, &st), ZC_OK);
+    cr_assert_not_null(st);
+    return st;
+}
+
 static inline zc_codec_rng_t test_codec_rng(uint64_t seed, uint32_t rank, uint32_t counter)
 {
     zc_codec_rng_t rng = {.seed = seed, .rank = rank, .stream = 0, .counter = counter};

@@ -63,14 +63,6 @@ static zc_codec_params_t gvq_params(uint32_t k, uint32_t dim, double energy, uin
     return p;
 }
 
-static zc_codec_state_t *state_new(const zc_codec_params_t *p, size_t n)
-{
-    zc_codec_state_t *st = NULL;
-    cr_assert_eq(zc_codec_state_create(p, n, &st), ZC_OK);
-    cr_assert_not_null(st);
-    return st;
-}
-
 static void learn(zc_codec_state_t *st, const float *sum, size_t n)
 {
     zc_status_t s = zc_codec_state_update(st, sum, n);

@@ -61,12 +61,18 @@ static void coded_free(coded_t *c)
     free(c->payload);
 }
 
-ParameterizedTestParameters(registry, bound_and_accumulate)
+/* The parameter array of every registered codec id. */
+static struct criterion_test_params every_codec(void)
 {
     static zc_codec_id_t ids[ZC_CODEC_COUNT];
     for (int i = 0; i < ZC_CODEC_COUNT; i++)
         ids[i] = (zc_codec_id_t)i;
     return cr_make_param_array(zc_codec_id_t, ids, ZC_CODEC_COUNT);
+}
+
+ParameterizedTestParameters(registry, bound_and_accumulate)
+{
+    return every_codec();
 }
 
 /* decode_add adds: decoding twice gives twice one decode, and a prefilled buffer keeps its values.
@@ -102,10 +108,7 @@ ParameterizedTest(zc_codec_id_t *id, registry, bound_and_accumulate)
 
 ParameterizedTestParameters(registry, half_inputs)
 {
-    static zc_codec_id_t ids[ZC_CODEC_COUNT];
-    for (int i = 0; i < ZC_CODEC_COUNT; i++)
-        ids[i] = (zc_codec_id_t)i;
-    return cr_make_param_array(zc_codec_id_t, ids, ZC_CODEC_COUNT);
+    return every_codec();
 }
 
 /*
@@ -163,10 +166,7 @@ ParameterizedTest(zc_codec_id_t *id, registry, half_inputs)
 
 ParameterizedTestParameters(registry, hostile_lengths)
 {
-    static zc_codec_id_t ids[ZC_CODEC_COUNT];
-    for (int i = 0; i < ZC_CODEC_COUNT; i++)
-        ids[i] = (zc_codec_id_t)i;
-    return cr_make_param_array(zc_codec_id_t, ids, ZC_CODEC_COUNT);
+    return every_codec();
 }
 
 /* Every truncation and a padded payload are errors; a wrong count is a mismatch. */
@@ -202,10 +202,7 @@ ParameterizedTest(zc_codec_id_t *id, registry, hostile_lengths)
 
 ParameterizedTestParameters(registry, nonfinite_propagates)
 {
-    static zc_codec_id_t ids[ZC_CODEC_COUNT];
-    for (int i = 0; i < ZC_CODEC_COUNT; i++)
-        ids[i] = (zc_codec_id_t)i;
-    return cr_make_param_array(zc_codec_id_t, ids, ZC_CODEC_COUNT);
+    return every_codec();
 }
 
 /* A NaN or an Inf in the input never decodes to a finite value at its position. */

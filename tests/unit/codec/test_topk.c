@@ -37,14 +37,6 @@ static zc_codec_params_t topk_params(double density, zc_topk_values_t values)
     return p;
 }
 
-static zc_codec_state_t *state_new(const zc_codec_params_t *p, size_t n)
-{
-    zc_codec_state_t *s = NULL;
-    cr_assert_eq(zc_codec_state_create(p, n, &s), ZC_OK);
-    cr_assert_not_null(s);
-    return s;
-}
-
 /* One error-feedback step: encodes into a bound-sized buffer, returns an exact-size copy. */
 static payload_t step(const zc_codec_params_t *p, zc_codec_state_t *s, zc_dtype_t dtype,
                       const void *src, size_t n)
