@@ -55,6 +55,7 @@ const char *zc_param_kind_name(zc_param_kind_t kind)
     case ZC_PARAM_KIND_DECIMAL: return "decimal";
     case ZC_PARAM_KIND_ENUM: return "enum";
     case ZC_PARAM_KIND_BOOL: return "boolean";
+    case ZC_PARAM_KIND_STRING: return "string";
     }
     return "?";
 }
@@ -62,6 +63,23 @@ const char *zc_param_kind_name(zc_param_kind_t kind)
 static int64_t *param_field(const zc_param_desc_t *param, zc_config_t *cfg)
 {
     return (int64_t *)((char *)cfg + param->offset);
+}
+
+static const char **param_string(const zc_param_desc_t *param, zc_config_t *cfg)
+{
+    return (const char **)(void *)((char *)cfg + param->offset);
+}
+
+/* Stores @p value (already checked) for @p param: STRING keeps the pointer. */
+static zc_status_t param_store(const zc_param_desc_t *param, const char *value, zc_config_t *cfg)
+{
+    if (param->kind == ZC_PARAM_KIND_STRING) {
+        int64_t len;
+        ZC_CHECK(zc_param_parse(param, value, &len));
+        *param_string(param, cfg) = value;
+        return ZC_OK;
+    }
+    return zc_param_parse(param, value, param_field(param, cfg));
 }
 
 static const char *skip_space(const char *s)
@@ -169,6 +187,19 @@ zc_status_t zc_param_parse(const zc_param_desc_t *param, const char *value, int6
     const char *end;
     int64_t v;
 
+    if (param->kind == ZC_PARAM_KIND_STRING) {
+        /* taken as it is: no control characters, no surrounding spaces to guess about */
+        v = (int64_t)strlen(value);
+        for (const char *c = value; *c; c++)
+            if (iscntrl((unsigned char)*c))
+                return ZC_ERR_INVALID_CONFIG;
+        if (v > 0 && (isspace((unsigned char)value[0]) || isspace((unsigned char)value[v - 1])))
+            return ZC_ERR_INVALID_CONFIG;
+        if (v < param->min || v > param->max)
+            return ZC_ERR_INVALID_CONFIG;
+        *value_p = v;
+        return ZC_OK;
+    }
     value = skip_space(value);
     size_t len = strlen(value);
     while (len > 0 && isspace((unsigned char)value[len - 1]))
@@ -262,6 +293,10 @@ static void enum_name(const char *choices, int64_t index, char *buf, size_t len)
 
 void zc_param_format(const zc_param_desc_t *param, const zc_config_t *cfg, char *buf, size_t len)
 {
+    if (param->kind == ZC_PARAM_KIND_STRING) {
+        snprintf(buf, len, "%s", *param_string(param, (zc_config_t *)cfg));
+        return;
+    }
     int64_t v = *param_field(param, (zc_config_t *)cfg);
 
     switch (param->kind) {
@@ -276,6 +311,7 @@ void zc_param_format(const zc_param_desc_t *param, const zc_config_t *cfg, char 
     case ZC_PARAM_KIND_DECIMAL: format_decimal(v, buf, len); break;
     case ZC_PARAM_KIND_ENUM: enum_name(param->choices, v, buf, len); break;
     case ZC_PARAM_KIND_BOOL: snprintf(buf, len, "%d", v ? 1 : 0); break;
+    case ZC_PARAM_KIND_STRING: break; /* handled above */
     }
 }
 
@@ -309,16 +345,18 @@ void zc_param_range(const zc_param_desc_t *param, char *buf, size_t len)
         break;
     }
     case ZC_PARAM_KIND_BOOL: snprintf(buf, len, "0|1"); break;
+    case ZC_PARAM_KIND_STRING:
+        snprintf(buf, len, "%" PRId64 "..%" PRId64 " characters", param->min, param->max);
+        break;
     }
 }
 
 void zc_config_defaults(zc_config_t *cfg)
 {
     for (size_t i = 0; i < ZC_ARRAY_SIZE(params); i++) {
-        zc_status_t status =
-            zc_param_parse(&params[i], params[i].def, param_field(&params[i], cfg));
-        if (status != ZC_OK)
-            *param_field(&params[i], cfg) = 0; /* the config test rejects such a table */
+        if (param_store(&params[i], params[i].def, cfg) != ZC_OK && /* the tests reject such */
+            params[i].kind != ZC_PARAM_KIND_STRING)                 /* a table */
+            *param_field(&params[i], cfg) = 0;
     }
 }
 
@@ -390,7 +428,7 @@ zc_status_t zc_config_load(char *const *envp, zc_config_t *cfg_p)
             warn_unknown(entry, name_len);
             continue;
         }
-        if (zc_param_parse(param, eq + 1, param_field(param, &cfg)) != ZC_OK) {
+        if (param_store(param, eq + 1, &cfg) != ZC_OK) {
             char range[256];
             zc_param_range(param, range, sizeof(range));
             ZC_ERROR("invalid %s=\"%s\": expected %s %s", param->name, eq + 1,

@@ -22,10 +22,21 @@ typedef enum zc_param_kind {
     ZC_PARAM_KIND_DECIMAL, /* a decimal number (or percentage), stored in millionths */
     ZC_PARAM_KIND_ENUM,
     ZC_PARAM_KIND_BOOL,
+    ZC_PARAM_KIND_STRING, /* text of min..max characters, no control characters */
 } zc_param_kind_t;
 
+/* The C type of each kind's field in zc_config_t. */
+#define ZC_PARAM_CTYPE_INT int64_t
+#define ZC_PARAM_CTYPE_INT_OR_AUTO int64_t
+#define ZC_PARAM_CTYPE_SIZE int64_t
+#define ZC_PARAM_CTYPE_DECIMAL int64_t
+#define ZC_PARAM_CTYPE_ENUM int64_t
+#define ZC_PARAM_CTYPE_BOOL int64_t
+/* points into the environment (or the envp given to zc_config_load) or at the default */
+#define ZC_PARAM_CTYPE_STRING const char *
+
 typedef struct zc_config {
-#define ZC_PARAM(kind, field, suffix, def, min, max, choices, doc) int64_t field;
+#define ZC_PARAM(kind, field, suffix, def, min, max, choices, doc) ZC_PARAM_CTYPE_##kind field;
 #include "common/params.def"
 #undef ZC_PARAM
 } zc_config_t;
@@ -64,7 +75,10 @@ zc_status_t zc_config_load(char *const *envp, zc_config_t *cfg_p);
  */
 zc_status_t zc_config_apply(const zc_config_t *cfg);
 
-/* Parses one @p value for @p param into @p value_p; ZC_ERR_INVALID_CONFIG (not logged) if bad. */
+/*
+ * Parses one @p value for @p param into @p value_p; ZC_ERR_INVALID_CONFIG (not
+ * logged) if bad. For a STRING param it only checks @p value, and writes its length.
+ */
 zc_status_t zc_param_parse(const zc_param_desc_t *param, const char *value, int64_t *value_p);
 
 /* Writes the value of @p param in @p cfg as text, the inverse of zc_param_parse. */

@@ -139,8 +139,9 @@ Test(config, every_default_parses_in_range)
     for (size_t i = 0; i < zc_param_count(); i++) {
         const zc_param_desc_t *p = zc_param_at(i);
         int64_t v = parse_ok(p, p->def);
-        cr_assert_eq(*field(&cfg, p), v, "%s: zc_config_defaults disagrees with the parser",
-                     p->name);
+        if (p->kind != ZC_PARAM_KIND_STRING) /* a STRING's field is a pointer, checked below */
+            cr_assert_eq(*field(&cfg, p), v, "%s: zc_config_defaults disagrees with the parser",
+                         p->name);
         switch (p->kind) {
         case ZC_PARAM_KIND_INT_OR_AUTO:
             if (v == ZC_CONFIG_AUTO)
@@ -160,6 +161,11 @@ Test(config, every_default_parses_in_range)
             break;
         }
         case ZC_PARAM_KIND_BOOL: cr_assert(v == 0 || v == 1); break;
+        case ZC_PARAM_KIND_STRING:
+            cr_assert(v >= p->min && v <= p->max, "%s default length %" PRId64, p->name, v);
+            cr_assert_str_eq(*(const char *const *)(const void *)((const char *)&cfg + p->offset),
+                             p->def, "%s", p->name);
+            break;
         }
     }
 }
@@ -374,6 +380,12 @@ static void check_round_trip(const zc_param_desc_t *p, const char *text)
 
     memset(&cfg, 0, sizeof(cfg));
     int64_t v = parse_ok(p, text);
+    if (p->kind == ZC_PARAM_KIND_STRING) {
+        *(const char **)(void *)((char *)&cfg + p->offset) = text;
+        zc_param_format(p, &cfg, once, sizeof(once));
+        cr_assert_str_eq(once, text, "%s: a string comes back as it went in", p->name);
+        return;
+    }
     *field(&cfg, p) = v;
     zc_param_format(p, &cfg, once, sizeof(once));
     int64_t back = parse_ok(p, once);
@@ -427,6 +439,7 @@ Test(config, format_parse_round_trip_every_param)
             check_round_trip(p, "yes");
             check_round_trip(p, "off");
             break;
+        case ZC_PARAM_KIND_STRING: check_round_trip(p, "node-7.example:29500"); break;
         }
         checked++;
     }
@@ -702,4 +715,26 @@ Test(config_apply, cpu_level_and_log_level)
         cr_assert_eq(zc_config_load(high_env, &cfg), ZC_OK);
         cr_assert_eq(zc_config_apply(&cfg), ZC_ERR_INVALID_CONFIG);
     }
+}
+
+Test(config_parse, strings)
+{
+    const zc_param_desc_t *p = zc_param_find("ZIPCCL_ROOT");
+    int64_t v = -7;
+    cr_assert_not_null(p);
+    cr_assert_eq(p->kind, ZC_PARAM_KIND_STRING);
+    cr_assert_eq(zc_param_parse(p, "10.0.0.1:29500", &v), ZC_OK);
+    cr_assert_eq(v, 14);
+    static const char *const bad[] = {" host:1", "host:1 ", "ho\tst:1", "a\nb"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert_eq(zc_param_parse(p, bad[i], &v), ZC_ERR_INVALID_CONFIG, "'%s' accepted", bad[i]);
+
+    char *const env[] = {"ZIPCCL_ROOT=[::1]:4000", "ZIPCCL_JOB_ID=train-42", NULL};
+    zc_config_t cfg;
+    cr_assert_eq(zc_config_load(env, &cfg), ZC_OK);
+    cr_assert_str_eq(cfg.root, "[::1]:4000");
+    cr_assert_str_eq(cfg.job_id, "train-42");
+    char buf[64];
+    zc_param_format(p, &cfg, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "[::1]:4000");
 }
