@@ -17,6 +17,7 @@ ZC_EXPORT const char *zc_status_string(zc_status_t status)
     case ZC_ERR_IO: return "i/o error";
     case ZC_ERR_TIMEOUT: return "timed out";
     case ZC_ERR_INTERNAL: return "internal error";
+    case ZC_ERR_PEER: return "peer failed";
     }
     return "unknown status";
 }

@@ -24,6 +24,7 @@ typedef enum zc_status {
     ZC_ERR_IO = -8,               /**< a file or system call failed */
     ZC_ERR_TIMEOUT = -9,          /**< a deadline passed */
     ZC_ERR_INTERNAL = -10,        /**< a broken invariant: a bug in zipccl */
+    ZC_ERR_PEER = -11,            /**< a peer process failed or became unreachable */
 } zc_status_t;
 
 /**

@@ -18,12 +18,13 @@ static const zc_status_t all_statuses[] = {
     ZC_ERR_IO,
     ZC_ERR_TIMEOUT,
     ZC_ERR_INTERNAL,
+    ZC_ERR_PEER,
 };
 #define NSTATUS (sizeof(all_statuses) / sizeof(all_statuses[0]))
 
 Test(status, values_are_abi)
 {
-    /* The numbers are part of the ABI: 0 ok, 1 in progress, errors -1..-10 in order. */
+    /* The numbers are part of the ABI: 0 ok, 1 in progress, errors -1..-11 in order. */
     cr_assert_eq(ZC_OK, 0);
     cr_assert_eq(ZC_INPROGRESS, 1);
     for (size_t i = 2; i < NSTATUS; i++)
@@ -50,7 +51,7 @@ Test(status, every_code_has_a_distinct_known_string)
 
 Test(status, unknown_value)
 {
-    static const int unknown[] = {2, 3, -11, -12, 100, -1000, 0x7fffffff, -0x7fffffff - 1};
+    static const int unknown[] = {2, 3, -12, -13, 100, -1000, 0x7fffffff, -0x7fffffff - 1};
     for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++)
         cr_assert_str_eq(zc_status_string((zc_status_t)unknown[i]), "unknown status", "value %d",
                          unknown[i]);

@@ -1,0 +1,108 @@
+/*
+ * The tcp bootstrap provider: rank 0 listens, every other rank connects to it
+ * (a star), and each operation goes through rank 0 (allgather = gather at rank 0,
+ * then broadcast of the whole; barrier = an empty allgather). Meant for small
+ * blobs at start-up (worker addresses, host identities), not for bulk data.
+ *
+ * Rank 0 listens on the root's port on every address (dual-stack [::] where the
+ * system has IPv6, else 0.0.0.0), SO_REUSEADDR, and accepts exactly size - 1
+ * ranks of this job: a connection that does not speak the protocol is dropped, one
+ * from another job (job id hash) is rejected, and neither counts. A rank that
+ * connects twice, a rank number out of range, a different job size or a joined
+ * rank that disconnects before every rank joined fails the whole job: rank 0
+ * returns the error and sends it to every joined rank (ZC_ERR_MISMATCH or ZC_ERR_IO);
+ * a rank that has not connected yet times out.
+ * zc_bootstrap_tcp_create returns once every rank joined: creation is a barrier.
+ *
+ * Other ranks resolve the root's host (IPv4, IPv6 or a name, via getaddrinfo) and
+ * retry connecting every 100 ms until the deadline (ZIPCCL_TIMEOUT_S), then fail
+ * with ZC_ERR_TIMEOUT naming the root's address.
+ *
+ * Every operation has its own deadline of timeout_s seconds. A peer that closes
+ * its connection during an operation is reported at once (ZC_ERR_IO naming the
+ * rank and the operation); rank 0 forwards any failure to the other ranks (an
+ * ABORT message with the status and reason), so every rank fails with the same
+ * explanation instead of waiting for the deadline. After an error every later
+ * operation returns that error again.
+ *
+ * Thread safety: one thread at a time per bootstrap object.
+ */
+#ifndef ZC_TRANSPORT_BOOTSTRAP_TCP_H
+#define ZC_TRANSPORT_BOOTSTRAP_TCP_H
+
+#include "transport/bootstrap/bootstrap.h"
+
+/*
+ * Under torchrun the root listens on MASTER_PORT + 1: MASTER_PORT itself belongs
+ * to torch's TCPStore (the elastic agent's, or rank 0's own in init_process_group).
+ */
+#define ZC_BOOTSTRAP_TORCHRUN_PORT_OFFSET 1
+
+/* Milliseconds between two connection attempts to a root that is not up yet. */
+#define ZC_BOOTSTRAP_RETRY_MS 100
+
+#define ZC_BOOTSTRAP_HOST_MAX 256
+#define ZC_BOOTSTRAP_JOB_ID_MAX 320
+
+/* What a rank needs to join: resolved from the configuration and the launcher. */
+typedef struct zc_bootstrap_tcp_params {
+    int rank;
+    int size;
+    char host[ZC_BOOTSTRAP_HOST_MAX]; /* root host without brackets; "" when size == 1 */
+    int port;                         /* root port 1..65535; 0 when size == 1 */
+    char job_id[ZC_BOOTSTRAP_JOB_ID_MAX];
+    int timeout_s;
+    /* where rank and size came from, for messages: "ZIPCCL_RANK", "torchrun", ... */
+    const char *launcher;
+} zc_bootstrap_tcp_params_t;
+
+/*
+ * Resolves rank, size, root and job id. Each comes from @p cfg when set there
+ * (ZIPCCL_RANK, ZIPCCL_SIZE, ZIPCCL_ROOT, ZIPCCL_JOB_ID), else from the first
+ * launcher whose rank and size variables are both set in @p envp ("NAME=VALUE",
+ * NULL-terminated; NULL: the process environment):
+ *   torchrun   RANK, WORLD_SIZE; root MASTER_ADDR:MASTER_PORT+1; job TORCHELASTIC_RUN_ID
+ *   Open MPI   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE; job OMPI_MCA_ess_base_jobid
+ *   Slurm      SLURM_PROCID, SLURM_NTASKS; job SLURM_JOB_ID[.SLURM_STEP_ID]
+ * The root falls back to MASTER_ADDR/MASTER_PORT whatever the launcher; Open MPI
+ * and Slurm provide none, so ZIPCCL_ROOT is required there (unless size is 1). A
+ * job id nobody gives is "root:host:port".
+ *
+ * Errors, logged naming the variable and its value: ZC_ERR_INVALID_CONFIG for an
+ * unknown rank or size, rank >= size, a missing or malformed root, a launcher
+ * variable that is not a number in range.
+ */
+zc_status_t zc_bootstrap_tcp_resolve(const zc_config_t *cfg, char *const *envp,
+                                     zc_bootstrap_tcp_params_t *params_p);
+
+/*
+ * Splits "host:port" or "[ipv6]:port" into @p host (without brackets, @p host_len
+ * bytes at most with its NUL) and @p port_p (1..65535). An IPv6 address must be in
+ * brackets. ZC_ERR_INVALID_CONFIG (not logged) if malformed.
+ */
+zc_status_t zc_bootstrap_parse_hostport(const char *text, char *host, size_t host_len, int *port_p);
+
+/*
+ * Resolves the parameters (zc_bootstrap_tcp_resolve) and joins the job
+ * (zc_bootstrap_tcp_create_explicit). @p bs_p is written only on success.
+ */
+zc_status_t zc_bootstrap_tcp_create(const zc_config_t *cfg, char *const *envp,
+                                    zc_bootstrap_t **bs_p);
+
+/*
+ * Joins the job as @p rank of @p size ranks whose rank 0 listens on @p port
+ * (@p host is where the others find it: "127.0.0.1", "::1", "node17"; unused by
+ * rank 0 and when size is 1). @p job_id must be the same string on every rank.
+ * Blocks until every rank joined or @p timeout_s seconds passed.
+ *
+ * Errors (each logged once, naming the rank, peer or address): ZC_ERR_INVALID_ARG
+ * for bad arguments, ZC_ERR_INVALID_CONFIG for a host that does not resolve,
+ * ZC_ERR_IO when the port cannot be bound or a peer disconnects, ZC_ERR_TIMEOUT,
+ * ZC_ERR_MISMATCH when rank 0 rejects this process (another job, a duplicate rank,
+ * a different size) or the job fails for such a reason, ZC_ERR_NO_MEMORY.
+ */
+zc_status_t zc_bootstrap_tcp_create_explicit(int rank, int size, const char *host, int port,
+                                             const char *job_id, int timeout_s,
+                                             zc_bootstrap_t **bs_p);
+
+#endif

@@ -1,0 +1,191 @@
+/*
+ * UCX point-to-point transport: one UCP context per process, one worker per
+ * communicator, an endpoint to every rank (itself included), tagged
+ * nonblocking send and receive, progress from the calling thread.
+ *
+ *   zc_ucx_comm_t *comm;
+ *   ZC_CHECK(zc_ucx_comm_create(cfg, bs, &comm));     // collective over bs
+ *   zc_ucx_req_t r[2];
+ *   zc_ucx_irecv(comm, left, 7, in, n, &r[0]);
+ *   zc_ucx_isend(comm, right, 7, out, n, &r[1]);
+ *   status = zc_ucx_waitall(comm, r, 2, "ring step 3");
+ *   zc_ucx_comm_destroy(comm);
+ *
+ * Tags. UCX matches a receive on (tag & mask) and has no source filter, so the
+ * 64-bit UCP tag carries the sender: bits 63..44 hold the sending rank, bits
+ * 43..0 the caller's tag. A receive from peer p for tag t matches exactly
+ * (p << 44 | t) with a full mask, so the caller's tags are private to each
+ * (sender, receiver) pair and a communicator holds at most 2^20 ranks. Tags
+ * of different communicators never meet: each has its own worker.
+ *
+ * Ordering: messages from one peer with one tag are matched in the order they
+ * were sent (UCX's guarantee for one endpoint); nothing is promised across
+ * peers or tags. A message shorter than the receive buffer is fine (the
+ * request's length says how much came); a longer one fails the receive with
+ * ZC_ERR_BUFFER_TOO_SMALL.
+ *
+ * Deadlines and failures. zc_ucx_wait and zc_ucx_waitall give up after the
+ * configuration's timeout_s (ZIPCCL_TIMEOUT_S) with ZC_ERR_TIMEOUT. Endpoints
+ * use UCX's peer error handling (UCP_ERR_HANDLING_MODE_PEER) unless
+ * ZIPCCL_UCX_PEER_ERRORS=0: when a peer dies (connection reset, keepalive
+ * failure) every request to or from it completes with ZC_ERR_PEER at the next
+ * progress, without waiting for the deadline. The error is logged once per
+ * dead peer, a timeout once per wait, each where it is found, with the peer,
+ * the operation, its size and tag and the caller's name for the wait:
+ *   "ucx: peer 3 failed (Connection reset by remote peer) during recv of
+ *    4194304 bytes tag 0x5 in allreduce step 2"
+ * A communicator that saw a failure stays usable for the other peers.
+ *
+ * The price of peer error handling in UCX 1.13: only transports that report
+ * peer failures qualify, so ranks on one host talk over tcp loopback instead of
+ * shared memory and CMA (ZIPCCL_UCX_PEER_ERRORS=0 gets those back, and leaves
+ * a dead peer to the deadline).
+ *
+ * Threads. The context is shared and thread safe; a communicator (its
+ * requests, progress, waits) must be used by one thread at a time. Different
+ * communicators may be driven by different threads concurrently.
+ */
+#ifndef ZC_TRANSPORT_UCX_H
+#define ZC_TRANSPORT_UCX_H
+
+#include "common/config.h"
+#include "transport/bootstrap/bootstrap.h"
+
+#include <zipccl/zipccl_status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ZC_UCX_TAG_BITS 44
+#define ZC_UCX_RANK_BITS 20
+/* The largest tag a caller may use. */
+#define ZC_UCX_TAG_MAX ((UINT64_C(1) << ZC_UCX_TAG_BITS) - 1)
+/* The most ranks a communicator may have. */
+#define ZC_UCX_MAX_RANKS (1 << ZC_UCX_RANK_BITS)
+
+typedef struct zc_ucx_comm zc_ucx_comm_t;
+typedef struct zc_ucx_req zc_ucx_req_t;
+
+/*
+ * Completion callback: runs once per request, when it completes with success
+ * or error, with req->status and req->length already final. It runs on the
+ * thread that drives the communicator: inside zc_ucx_progress, zc_ucx_test,
+ * zc_ucx_wait(all), zc_ucx_comm_destroy, or inside zc_ucx_isend/irecv itself
+ * when the operation completes at once. It may reuse or free @p req's storage
+ * and may post new operations on the communicator; it must not destroy it.
+ */
+typedef void (*zc_ucx_done_fn)(zc_ucx_req_t *req, void *arg);
+
+/*
+ * A send or receive, in storage the caller owns. zc_ucx_isend/irecv fill every
+ * field; the caller reads status and length. The storage must stay valid (and
+ * unmoved) while status is ZC_INPROGRESS, that is until the request completes,
+ * a wait on it returns, or the communicator is destroyed.
+ */
+struct zc_ucx_req {
+    zc_status_t status; /* ZC_INPROGRESS, then the final status */
+    size_t length;      /* once ZC_OK: bytes received (recv) or sent (send) */
+
+    /* private to transport/ucx */
+    zc_ucx_comm_t *comm;
+    void *handle; /* the UCX request while in flight */
+    zc_ucx_done_fn done;
+    void *done_arg;
+    uint64_t tag;
+    size_t len;
+    int peer;
+    int is_recv;
+};
+
+/*
+ * Collective over @p bs (every rank calls it): takes a reference on the
+ * process's UCP context (created on first use, thread safe), creates a worker,
+ * allgathers the worker addresses through @p bs and creates an endpoint to
+ * every rank with peer error handling. The communicator has bs->rank and
+ * bs->size; @p bs is not kept. @p cfg gives the deadline of every wait
+ * (timeout_s) and is copied.
+ *
+ * Errors: ZC_ERR_INVALID_ARG (NULL, more than ZC_UCX_MAX_RANKS ranks), the
+ * bootstrap's error, or UCX's converted (ZC_ERR_NO_MEMORY, ZC_ERR_IO, ...),
+ * logged once. On error @p comm_p is untouched.
+ */
+zc_status_t zc_ucx_comm_create(const zc_config_t *cfg, zc_bootstrap_t *bs, zc_ucx_comm_t **comm_p);
+
+/*
+ * Closes the endpoints (flushing them when the communicator saw no failure,
+ * else forcing them closed), abandons requests still in flight (their
+ * callbacks do not run, their storage is not touched again), destroys the
+ * worker and releases the context reference. Local: no other rank need call it
+ * at the same time. NULL is allowed.
+ */
+void zc_ucx_comm_destroy(zc_ucx_comm_t *comm);
+
+int zc_ucx_comm_rank(const zc_ucx_comm_t *comm);
+int zc_ucx_comm_size(const zc_ucx_comm_t *comm);
+
+/*
+ * Starts sending @p len bytes at @p buf to rank @p peer with tag @p tag
+ * (0..ZC_UCX_TAG_MAX). @p buf must stay valid and unchanged until the request
+ * completes. Sizes from 0 bytes to gigabytes; UCX picks eager or rendezvous.
+ *
+ * Returns ZC_OK when the request was started; req->status then says whether
+ * it already completed (a send may finish at once, its callback then runs
+ * before this returns). Errors, with nothing started and nothing to wait for:
+ * ZC_ERR_INVALID_ARG (NULL comm/req, NULL buf with len > 0, peer out of range,
+ * tag > ZC_UCX_TAG_MAX: @p req untouched), ZC_ERR_PEER (the peer has failed),
+ * or UCX's error converted (logged).
+ */
+zc_status_t zc_ucx_isend(zc_ucx_comm_t *comm, int peer, uint64_t tag, const void *buf, size_t len,
+                         zc_ucx_req_t *req);
+
+/*
+ * Starts receiving up to @p len bytes into @p buf from rank @p peer with tag
+ * @p tag. Completes with req->length the size of the message, or with
+ * ZC_ERR_BUFFER_TOO_SMALL when the message was longer than @p len. A message
+ * that already arrived completes the receive inside this call. Arguments and
+ * errors as zc_ucx_isend.
+ */
+zc_status_t zc_ucx_irecv(zc_ucx_comm_t *comm, int peer, uint64_t tag, void *buf, size_t len,
+                         zc_ucx_req_t *req);
+
+/* zc_ucx_isend / zc_ucx_irecv with a completion callback @p done (may be NULL). */
+zc_status_t zc_ucx_isend_cb(zc_ucx_comm_t *comm, int peer, uint64_t tag, const void *buf,
+                            size_t len, zc_ucx_done_fn done, void *arg, zc_ucx_req_t *req);
+zc_status_t zc_ucx_irecv_cb(zc_ucx_comm_t *comm, int peer, uint64_t tag, void *buf, size_t len,
+                            zc_ucx_done_fn done, void *arg, zc_ucx_req_t *req);
+
+/*
+ * Progresses the worker once: completes requests (running their callbacks),
+ * and fails the requests of peers UCX reported dead. Returns the number of UCX
+ * events processed (0: nothing happened). Never blocks.
+ */
+unsigned zc_ucx_progress(zc_ucx_comm_t *comm);
+
+/*
+ * Progresses once and returns req->status: ZC_INPROGRESS while in flight, else
+ * the final status (ZC_OK, ZC_ERR_PEER, ZC_ERR_BUFFER_TOO_SMALL, ...).
+ */
+zc_status_t zc_ucx_test(zc_ucx_comm_t *comm, zc_ucx_req_t *req);
+
+/*
+ * Progresses the worker until @p req completes, its peer fails, or timeout_s
+ * seconds pass. @p what names the caller's operation for the error message
+ * ("allgather step 2"; NULL: none). Returns the request's final status, or
+ * ZC_ERR_TIMEOUT after logging "ucx: recv of N bytes tag 0x.. from peer P timed
+ * out after T s in <what>". A request that timed out is abandoned: its status
+ * becomes ZC_ERR_TIMEOUT, its callback does not run, its storage is free again;
+ * UCX may still read a send buffer, or write a receive buffer that was already
+ * being filled, until the communicator is destroyed.
+ */
+zc_status_t zc_ucx_wait(zc_ucx_comm_t *comm, zc_ucx_req_t *req, const char *what);
+
+/*
+ * Waits for all @p n requests under one deadline. Returns ZC_OK when every one
+ * succeeded. On the first failure (an error status, a dead peer, the deadline)
+ * it stops waiting and returns that error; the requests still in flight are
+ * abandoned as in zc_ucx_wait, with that status. When it returns, none of the
+ * requests is in flight.
+ */
+zc_status_t zc_ucx_waitall(zc_ucx_comm_t *comm, zc_ucx_req_t *reqs, size_t n, const char *what);
+
+#endif
