@@ -7,6 +7,7 @@
  * harness or the failing check says why on stderr.
  */
 #include "harness.h"
+#include "rank_check.h"
 
 #include "common/config.h"
 #include "common/log.h"
@@ -25,34 +26,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-/* A rank's exit status for "failed as the test expects". */
-#define FAILED_AS_EXPECTED 3
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "rank %d: check failed: %s: ", my_rank, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
-
-static int my_rank = -1;
-
-/* ---- every error and warning a rank logged, also echoed to stderr -----------------------------
- */
-
-static char logged[16384];
-
-static void capture_sink(void *arg, zc_log_level_t level, const char *file, int line,
-                         const char *msg)
-{
-    size_t used = strlen(logged);
-    snprintf(logged + used, sizeof(logged) - used, "%s\n", msg);
-    fprintf(stderr, "rank %d: %s: %s\n", my_rank, zc_log_level_name(level), msg);
-}
 
 static void rank_setup(int rank)
 {

@@ -187,6 +187,24 @@ static void missing_ranks(const tcp_bs_t *t, int by_fd, char *buf, size_t len)
  * an ABORT or REJECT becomes the status it carries, a frame of another type, sender,
  * operation or length ZC_ERR_MISMATCH, bytes that are not our protocol ZC_ERR_CORRUPT.
  */
+/* Receives @p len bytes from rank 0; a timeout or a broken connection fails the job, named. */
+static zc_status_t recv_from_root(tcp_bs_t *t, void *buf, size_t len, uint64_t deadline,
+                                  const char *doing)
+{
+    int err = 0;
+    zc_status_t status = zc_bs_recv_all(t->fds[0], buf, len, deadline, &err);
+    if (status == ZC_ERR_TIMEOUT)
+        return rank_fail(t, status, "rank %d timed out after %d s in %s %s rank 0", t->rank,
+                         t->timeout_s, t->op, doing);
+    if (status != ZC_OK) {
+        char why[MSG_MAX], when[64];
+        snprintf(when, sizeof(when), "during %s", t->op);
+        io_message(why, sizeof(why), 0, t->root_addr, err, when);
+        return rank_fail(t, status, "%s", why);
+    }
+    return ZC_OK;
+}
+
 static zc_status_t rank_recv(tcp_bs_t *t, zc_bs_msg_t type, uint32_t arg, void *buf, size_t len,
                              uint64_t deadline)
 {
@@ -195,16 +213,9 @@ static zc_status_t rank_recv(tcp_bs_t *t, zc_bs_msg_t type, uint32_t arg, void *
     zc_bs_frame_t f;
     char why[MSG_MAX];
 
-    zc_status_t status = zc_bs_recv_all(fd, hdr, sizeof(hdr), deadline, &err);
-    if (status == ZC_ERR_TIMEOUT)
-        return rank_fail(t, status, "rank %d timed out after %d s in %s waiting for rank 0",
-                         t->rank, t->timeout_s, t->op);
-    if (status != ZC_OK) {
-        char when[64];
-        snprintf(when, sizeof(when), "during %s", t->op);
-        io_message(why, sizeof(why), 0, t->root_addr, err, when);
-        return rank_fail(t, status, "%s", why);
-    }
+    zc_status_t status = recv_from_root(t, hdr, sizeof(hdr), deadline, "waiting for");
+    if (status != ZC_OK)
+        return status;
     zc_bs_frame_decode(hdr, &f);
 
     if (zc_bs_frame_check_job(&f, t->job, NULL, 0) == ZC_OK &&
@@ -232,17 +243,7 @@ static zc_status_t rank_recv(tcp_bs_t *t, zc_bs_msg_t type, uint32_t arg, void *
         return rank_fail(t, status, "rank 0 (%s) in %s: %s", t->root_addr, t->op, why);
     if (len == 0)
         return ZC_OK;
-    status = zc_bs_recv_all(fd, buf, len, deadline, &err);
-    if (status == ZC_ERR_TIMEOUT)
-        return rank_fail(t, status, "rank %d timed out after %d s in %s receiving from rank 0",
-                         t->rank, t->timeout_s, t->op);
-    if (status != ZC_OK) {
-        char when[64];
-        snprintf(when, sizeof(when), "during %s", t->op);
-        io_message(why, sizeof(why), 0, t->root_addr, err, when);
-        return rank_fail(t, status, "%s", why);
-    }
-    return ZC_OK;
+    return recv_from_root(t, buf, len, deadline, "receiving from");
 }
 
 static zc_status_t rank_send(tcp_bs_t *t, zc_bs_msg_t type, uint32_t arg, const void *buf,
