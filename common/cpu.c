@@ -1,6 +1,17 @@
 #include "common/cpu.h"
 #include "common/compiler.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+
+/* Not every compiler's __builtin_cpu_supports knows "f16c": CPUID.1:ECX bit 29. */
+static int has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 static zc_cpu_level_t cpu_cap = ZC_CPU_NLEVELS;
 
 zc_cpu_level_t zc_cpu_detect(void)
@@ -11,7 +22,7 @@ zc_cpu_level_t zc_cpu_detect(void)
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
         return ZC_CPU_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("bmi2"))
+        __builtin_cpu_supports("bmi2") && has_f16c())
         return ZC_CPU_AVX2;
 #endif
     return ZC_CPU_SCALAR;

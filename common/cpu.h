@@ -10,7 +10,7 @@
 
 typedef enum zc_cpu_level {
     ZC_CPU_SCALAR = 0,
-    ZC_CPU_AVX2 = 1,   /* AVX2 + FMA + BMI2 */
+    ZC_CPU_AVX2 = 1,   /* AVX2 + FMA + BMI2 + F16C */
     ZC_CPU_AVX512 = 2, /* AVX-512 F, BW, DQ, VL */
     ZC_CPU_NLEVELS
 } zc_cpu_level_t;

@@ -14,8 +14,8 @@
  * ring of N reduces therefore rounds N - 1 times: not unbiased (no
  * ZC_CODEC_CAP_UNBIASED), but each step is the best the format can do.
  *
- * The scalar kernels here are the reference; kernels_avx512.c must match
- * them byte for byte.
+ * The scalar kernels here are the reference; kernels_avx2.c and
+ * kernels_avx512.c must match them byte for byte.
  */
 #include "codec/codec.h"
 #include "codec/fp16/half_kernels.h"
@@ -109,6 +109,7 @@ const zc_half_kernels_t *zc_half_kernels(zc_half_format_t format)
     static const zc_half_kernels_t *const variants[ZC_CPU_NLEVELS] = {
         [ZC_CPU_SCALAR] = zc_half_kernels_scalar,
 #if defined(__x86_64__)
+        [ZC_CPU_AVX2] = zc_half_kernels_avx2,
         [ZC_CPU_AVX512] = zc_half_kernels_avx512,
 #endif
     };

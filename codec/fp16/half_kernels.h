@@ -42,6 +42,7 @@ typedef struct zc_half_kernels {
 /* Indexed by zc_half_format_t. */
 extern const zc_half_kernels_t zc_half_kernels_scalar[ZC_HALF_NFORMATS];
 #if defined(__x86_64__)
+extern const zc_half_kernels_t zc_half_kernels_avx2[ZC_HALF_NFORMATS];
 extern const zc_half_kernels_t zc_half_kernels_avx512[ZC_HALF_NFORMATS];
 #endif
 

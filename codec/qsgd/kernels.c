@@ -108,6 +108,7 @@ const zc_qsgd_kernels_t *zc_qsgd_kernels(void)
     static const zc_qsgd_kernels_t *const variants[ZC_CPU_NLEVELS] = {
         [ZC_CPU_SCALAR] = &zc_qsgd_kernels_scalar,
 #if defined(__x86_64__)
+        [ZC_CPU_AVX2] = &zc_qsgd_kernels_avx2,
         [ZC_CPU_AVX512] = &zc_qsgd_kernels_avx512,
 #endif
     };

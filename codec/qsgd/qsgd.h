@@ -45,6 +45,7 @@ typedef struct zc_qsgd_kernels {
 
 extern const zc_qsgd_kernels_t zc_qsgd_kernels_scalar;
 #if defined(__x86_64__)
+extern const zc_qsgd_kernels_t zc_qsgd_kernels_avx2;
 extern const zc_qsgd_kernels_t zc_qsgd_kernels_avx512;
 #endif
 

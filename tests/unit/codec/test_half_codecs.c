@@ -7,6 +7,7 @@
 #include "codec_test.h"
 
 #include "codec/codec.h"
+#include "codec/fp16/half_kernels.h"
 #include "common/cpu.h"
 #include "common/half.h"
 
@@ -744,7 +745,7 @@ Test(none_reduce, exact_f32_sum)
     payload_free(&b);
 }
 
-/* ------------------------------------------------ scalar against AVX-512 */
+/* ------------------------------------------- scalar against AVX2 and AVX-512 */
 
 static payload_t encode_at(zc_cpu_level_t level, zc_codec_id_t id, zc_dtype_t dtype,
                            const void *src, size_t n)
@@ -754,14 +755,16 @@ static payload_t encode_at(zc_cpu_level_t level, zc_codec_id_t id, zc_dtype_t dt
     return encode_ok(&p, NULL, dtype, src, n);
 }
 
-/* Sizes around the vector widths (16 values, 32 in the unrolled loops) and a large odd one. */
-Test(half_simd, matches_scalar)
+/*
+ * The kernels of @p level against the scalar ones, at sizes around the vector
+ * widths (8 and 16 values, 32 in the unrolled loops) and a large odd one.
+ */
+static void check_matches_scalar(zc_cpu_level_t level)
 {
-    static const size_t sizes[] = {0, 1, 2, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 1000, 1000003};
+    static const size_t sizes[] = {0,  1,  2,  7,  8,  9,  15, 16,   17,
+                                   31, 32, 33, 47, 63, 64, 65, 1000, 1000003};
     const size_t nmax = 1000003;
 
-    if (!have_avx512())
-        cr_skip_test("no AVX-512 on this CPU");
     float *x = xmalloc(nmax * sizeof(float));
     uint16_t *h = xmalloc(nmax * sizeof(uint16_t));
     float *start = xmalloc(nmax * sizeof(float));
@@ -779,12 +782,12 @@ Test(half_simd, matches_scalar)
 
             /* encode, from f32 and from the other half format */
             payload_t a = encode_at(ZC_CPU_SCALAR, id, ZC_DTYPE_F32, x, n);
-            payload_t v = encode_at(ZC_CPU_AVX512, id, ZC_DTYPE_F32, x, n);
+            payload_t v = encode_at(level, id, ZC_DTYPE_F32, x, n);
             cr_assert_eq(a.len, v.len);
             cr_assert_eq(memcmp(a.buf, v.buf, a.len), 0, "%s n %zu: encode differs",
                          zc_codec_name(id), n);
             payload_t ca = encode_at(ZC_CPU_SCALAR, id, native_dtype(other), h, n);
-            payload_t cv = encode_at(ZC_CPU_AVX512, id, native_dtype(other), h, n);
+            payload_t cv = encode_at(level, id, native_dtype(other), h, n);
             cr_assert_eq(memcmp(ca.buf, cv.buf, ca.len), 0, "%s n %zu: cross encode differs",
                          zc_codec_name(id), n);
 
@@ -793,7 +796,7 @@ Test(half_simd, matches_scalar)
                 memcpy(ys, start, n * sizeof(float));
                 memcpy(yv, start, n * sizeof(float));
                 for (int l = 0; l < 2; l++) {
-                    cr_assert_eq(zc_cpu_set_level(l ? ZC_CPU_AVX512 : ZC_CPU_SCALAR), ZC_OK);
+                    cr_assert_eq(zc_cpu_set_level(l ? level : ZC_CPU_SCALAR), ZC_OK);
                     cr_assert_eq(ops->decode_add(NULL, a.buf + HDR, a.len - HDR, l ? yv : ys, n,
                                                  (float)alpha),
                                  ZC_OK);
@@ -808,7 +811,7 @@ Test(half_simd, matches_scalar)
             cr_assert_eq(zc_cpu_set_level(ZC_CPU_SCALAR), ZC_OK);
             cr_assert_eq(zc_codec_reduce(NULL, a.buf, a.len, ca.buf, ca.len, rs, a.len, &ls),
                          ZC_OK);
-            cr_assert_eq(zc_cpu_set_level(ZC_CPU_AVX512), ZC_OK);
+            cr_assert_eq(zc_cpu_set_level(level), ZC_OK);
             cr_assert_eq(zc_codec_reduce(NULL, a.buf, a.len, ca.buf, ca.len, rv, a.len, &lv),
                          ZC_OK);
             cr_assert_eq(ls, lv);
@@ -817,6 +820,41 @@ Test(half_simd, matches_scalar)
                          ZC_OK);
             cr_assert_eq(memcmp(rs, v.buf, ls), 0, "%s n %zu: in-place reduce differs",
                          zc_codec_name(id), n);
+            /*
+             * a and a moved by one value, with NaNs of different payloads put
+             * in every 2nd and every 3rd value, in both orders: NaNs meet
+             * numbers and other NaNs, so the NaN choice rule is compared too
+             */
+            if (n > 1) {
+                const uint16_t nan = id == ZC_CODEC_FP16 ? 0x7c01u : 0x7f81u;
+                const uint16_t span = id == ZC_CODEC_FP16 ? 0x3feu : 0x7eu;
+                payload_t m = encode_at(ZC_CPU_SCALAR, id, ZC_DTYPE_F32, x, n);
+                payload_t m2 = encode_at(ZC_CPU_SCALAR, id, ZC_DTYPE_F32, x, n);
+                memcpy(m.buf + HDR, a.buf + HDR + 2, 2 * (n - 1));
+                memcpy(m.buf + HDR + 2 * (n - 1), a.buf + HDR, 2);
+                for (size_t i = 0; i < n; i++) {
+                    uint16_t sign = (uint16_t)(i & 4 ? 0x8000u : 0);
+                    if (i % 3 == 0)
+                        zc_half_store_le16(m.buf + HDR + 2 * i,
+                                           (uint16_t)(sign | (nan + (i * 37) % span)));
+                    if (i % 2 == 0)
+                        zc_half_store_le16(m2.buf + HDR + 2 * i,
+                                           (uint16_t)((sign ^ 0x8000u) | (nan + (i * 11) % span)));
+                }
+                for (int order = 0; order < 2; order++) {
+                    const payload_t *p0 = order ? &m : &m2, *p1 = order ? &m2 : &m;
+                    for (int l = 0; l < 2; l++) {
+                        cr_assert_eq(zc_cpu_set_level(l ? level : ZC_CPU_SCALAR), ZC_OK);
+                        cr_assert_eq(zc_codec_reduce(NULL, p0->buf, p0->len, p1->buf, p1->len,
+                                                     l ? rv : rs, a.len, l ? &lv : &ls),
+                                     ZC_OK);
+                    }
+                    cr_assert_eq(memcmp(rs, rv, ls), 0, "%s n %zu order %d: NaN reduce differs",
+                                 zc_codec_name(id), n, order);
+                }
+                payload_free(&m);
+                payload_free(&m2);
+            }
             free(rs);
             free(rv);
             payload_free(&a);
@@ -831,6 +869,43 @@ Test(half_simd, matches_scalar)
     free(start);
     free(ys);
     free(yv);
+}
+
+Test(half_simd, avx2_matches_scalar)
+{
+    if (zc_cpu_detect() < ZC_CPU_AVX2)
+        cr_skip_test("no AVX2 on this CPU");
+    check_matches_scalar(ZC_CPU_AVX2);
+}
+
+Test(half_simd, avx512_matches_scalar)
+{
+    if (!have_avx512())
+        cr_skip_test("no AVX-512 on this CPU");
+    check_matches_scalar(ZC_CPU_AVX512);
+}
+
+/* Each level selects its own kernels: the identity checks above test what they name. */
+Test(half_simd, level_selects_kernels)
+{
+    static const zc_half_format_t formats[] = {ZC_HALF_F16, ZC_HALF_BF16};
+    for (size_t f = 0; f < ZC_ARRAY_SIZE(formats); f++) {
+        zc_half_format_t fmt = formats[f];
+        cr_assert_eq(zc_cpu_set_level(ZC_CPU_SCALAR), ZC_OK);
+        cr_assert_eq(zc_half_kernels(fmt), &zc_half_kernels_scalar[fmt]);
+#if defined(__x86_64__)
+        if (zc_cpu_detect() >= ZC_CPU_AVX2) {
+            cr_assert_eq(zc_cpu_set_level(ZC_CPU_AVX2), ZC_OK);
+            cr_assert_eq(zc_half_kernels(fmt), &zc_half_kernels_avx2[fmt]);
+            cr_assert_neq(zc_half_kernels_avx2[fmt].encode, zc_half_kernels_scalar[fmt].encode);
+        }
+        if (have_avx512()) {
+            cr_assert_eq(zc_cpu_set_level(ZC_CPU_AVX512), ZC_OK);
+            cr_assert_eq(zc_half_kernels(fmt), &zc_half_kernels_avx512[fmt]);
+        }
+#endif
+    }
+    cr_assert_eq(zc_cpu_set_level(zc_cpu_detect()), ZC_OK);
 }
 
 /* ------------------------------------------------------ hostile payloads */

@@ -1,5 +1,5 @@
 /*
- * QSGD (codec/qsgd): payload shape and determinism, scalar against AVX-512,
+ * QSGD (codec/qsgd): payload shape and determinism, scalar against AVX2 and AVX-512,
  * the statistics the paper proves (Alistarh et al. 2017, Lemma 3.1), exact
  * sizes, Elias-omega, non-finite input, and hostile payloads.
  *
@@ -159,6 +159,20 @@ static int have_avx512(void)
     return zc_cpu_detect() >= ZC_CPU_AVX512;
 }
 
+static int have_avx2(void)
+{
+    return zc_cpu_detect() >= ZC_CPU_AVX2;
+}
+
+/* The SIMD levels this CPU runs, lowest first; returns how many. */
+static int simd_levels(zc_cpu_level_t out[ZC_CPU_NLEVELS])
+{
+    int n = 0;
+    for (int l = ZC_CPU_SCALAR + 1; l <= (int)zc_cpu_detect(); l++)
+        out[n++] = (zc_cpu_level_t)l;
+    return n;
+}
+
 /* ---------------------------------------------------- shape, determinism */
 
 Test(qsgd_roundtrip, shape_and_header)
@@ -251,6 +265,7 @@ static void check_determinism(zc_cpu_level_t level)
             payload_free(&b);
         }
     }
+    cr_assert_eq(zc_cpu_set_level(zc_cpu_detect()), ZC_OK);
 }
 
 Test(qsgd_roundtrip, determinism_scalar)
@@ -263,6 +278,13 @@ Test(qsgd_roundtrip, determinism_avx512)
     if (!have_avx512())
         cr_skip_test("no AVX-512 on this CPU");
     check_determinism(ZC_CPU_AVX512);
+}
+
+Test(qsgd_roundtrip, determinism_avx2)
+{
+    if (!have_avx2())
+        cr_skip_test("no AVX2 on this CPU");
+    check_determinism(ZC_CPU_AVX2);
 }
 
 Test(qsgd_roundtrip, decode_accumulates)
@@ -348,6 +370,7 @@ static void check_draw_mapping(zc_cpu_level_t level)
         }
         payload_free(&pl);
     }
+    cr_assert_eq(zc_cpu_set_level(zc_cpu_detect()), ZC_OK);
 }
 
 Test(qsgd_rng, documented_mapping_scalar)
@@ -360,6 +383,13 @@ Test(qsgd_rng, documented_mapping_avx512)
     if (!have_avx512())
         cr_skip_test("no AVX-512 on this CPU");
     check_draw_mapping(ZC_CPU_AVX512);
+}
+
+Test(qsgd_rng, documented_mapping_avx2)
+{
+    if (!have_avx2())
+        cr_skip_test("no AVX2 on this CPU");
+    check_draw_mapping(ZC_CPU_AVX2);
 }
 
 /*
@@ -395,7 +425,7 @@ Test(qsgd_roundtrip, count_limit)
     }
 }
 
-/* -------------------------------------------------- scalar against AVX-512 */
+/* --------------------------------------- scalar against every SIMD level */
 
 /*
  * Inputs that reach every branch: Gaussian segments of 97 values at magnitudes
@@ -448,9 +478,11 @@ static void simd_matches_scalar(zc_qsgd_coding_t coding)
     /* the levels of b = 2, 3, 4, 5, 8, 17 bits, and two that are not 2^k - 1 */
     static const uint32_t levels[] = {1, 3, 7, 15, 127, 65535, 5, 91};
     const size_t nmax = 100003;
+    zc_cpu_level_t simd[ZC_CPU_NLEVELS];
+    const int nsimd = simd_levels(simd);
 
-    if (!have_avx512())
-        cr_skip_test("no AVX-512 on this CPU");
+    if (nsimd == 0)
+        cr_skip_test("no SIMD level on this CPU");
     float *x = xmalloc(nmax * sizeof(float));
     void *src = xmalloc(nmax * sizeof(float));
     float *start = xmalloc(nmax * sizeof(float));
@@ -479,21 +511,26 @@ static void simd_matches_scalar(zc_qsgd_coding_t coding)
                                               .stream = (uint32_t)sc,
                                               .counter = (uint32_t)t};
                         payload_t a = encode_at(ZC_CPU_SCALAR, &p, &rng, dtypes[t], src, n);
-                        payload_t v = encode_at(ZC_CPU_AVX512, &p, &rng, dtypes[t], src, n);
-                        cr_assert_eq(a.len, v.len, "n %zu d %u s %u scale %d dtype %zu: lengths", n,
-                                     buckets[bi], levels[li], sc, t);
-                        cr_assert_eq(memcmp(a.buf, v.buf, a.len), 0,
-                                     "n %zu d %u s %u scale %d dtype %zu: payload bytes differ", n,
-                                     buckets[bi], levels[li], sc, t);
                         memcpy(ys, start, n * sizeof(float));
-                        memcpy(yv, start, n * sizeof(float));
                         decode_at(ZC_CPU_SCALAR, &a, ys, n);
-                        decode_at(ZC_CPU_AVX512, &a, yv, n);
-                        cr_assert(same_bits_f32(ys, yv, n),
-                                  "n %zu d %u s %u scale %d dtype %zu: decodes differ", n,
-                                  buckets[bi], levels[li], sc, t);
+                        for (int lv = 0; lv < nsimd; lv++) {
+                            const char *ln = zc_cpu_level_name(simd[lv]);
+                            payload_t v = encode_at(simd[lv], &p, &rng, dtypes[t], src, n);
+                            cr_assert_eq(a.len, v.len,
+                                         "%s n %zu d %u s %u scale %d dtype %zu: lengths", ln, n,
+                                         buckets[bi], levels[li], sc, t);
+                            cr_assert_eq(
+                                memcmp(a.buf, v.buf, a.len), 0,
+                                "%s n %zu d %u s %u scale %d dtype %zu: payload bytes differ", ln,
+                                n, buckets[bi], levels[li], sc, t);
+                            memcpy(yv, start, n * sizeof(float));
+                            decode_at(simd[lv], &a, yv, n);
+                            cr_assert(same_bits_f32(ys, yv, n),
+                                      "%s n %zu d %u s %u scale %d dtype %zu: decodes differ", ln,
+                                      n, buckets[bi], levels[li], sc, t);
+                            payload_free(&v);
+                        }
                         payload_free(&a);
-                        payload_free(&v);
                     }
                 }
             }
@@ -504,6 +541,7 @@ static void simd_matches_scalar(zc_qsgd_coding_t coding)
     free(start);
     free(ys);
     free(yv);
+    cr_assert_eq(zc_cpu_set_level(zc_cpu_detect()), ZC_OK);
 }
 
 Test(qsgd_simd, fixed)
@@ -521,11 +559,9 @@ Test(qsgd_simd, auto_coding)
 
 #if defined(__x86_64__)
 /* The kernels themselves, on offsets and lengths the payload tests may not line up. */
-Test(qsgd_simd, kernels_direct)
+static void kernels_match_scalar(const zc_qsgd_kernels_t *kv)
 {
-    if (!have_avx512())
-        cr_skip_test("no AVX-512 on this CPU");
-    const zc_qsgd_kernels_t *ks = &zc_qsgd_kernels_scalar, *kv = &zc_qsgd_kernels_avx512;
+    const zc_qsgd_kernels_t *ks = &zc_qsgd_kernels_scalar;
     enum { N = 300 };
     float x[N];
     fill_mixed(x, N, 77, 0);
@@ -568,6 +604,90 @@ Test(qsgd_simd, kernels_direct)
                 cr_assert_eq(da[i], 0.25f * (float)lv[i], "unpack b %u at %zu", b, i);
         }
     }
+}
+
+/*
+ * quantize against the documented draws (zc_qsgd_draw_group), value by value:
+ * r spread over [0, s] so that frac(r) 2^32 covers both halves of the uint32
+ * range (AVX2 converts to signed only), the edges 0.5 (t = 2^31 exactly) and
+ * just below 1, and starts whose block counter (first >> 6) * 16 wraps in 32 bits.
+ */
+static void quantize_matches_draws(const zc_qsgd_kernels_t *kv)
+{
+    enum { N = 64 * 9 + 23 };
+    static const uint64_t firsts[] = {
+        0, 5, 64, 1000003, (UINT64_C(1) << 28) * 64 - 70, (UINT64_C(1) << 34) + 41};
+    static const uint32_t levels[] = {1, 7, 65535};
+    float x[N];
+    test_rng_t tr = {4242};
+    const zc_qsgd_rng_t rng = {
+        .key = {0x9abcdef0u, 0x12345678u}, .counter = 11, .rank = 2, .stream = 1};
+    size_t high = 0;
+
+    for (size_t li = 0; li < 3; li++) {
+        const uint32_t s = levels[li];
+        const float inv = (float)s; /* r = |x| s, |x| <= 1 */
+        for (size_t i = 0; i < N; i++) {
+            float f = (float)(test_rng_next(&tr) >> 40) * 0x1p-24f;
+            x[i] = test_rng_next(&tr) & 1 ? -f : f;
+        }
+        x[3] = 0.5f / inv;
+        x[4] = -nextafterf(1.0f, 0.0f);
+        x[5] = 1.0f;
+        x[6] = 2.0f; /* clamped to s */
+        x[7] = -0.0f;
+        x[70] = nextafterf(0.5f, 1.0f);
+        x[71] = nextafterf(0.5f, 0.0f);
+        for (size_t fi = 0; fi < sizeof(firsts) / sizeof(firsts[0]); fi++) {
+            const uint64_t first = firsts[fi];
+            int32_t la[N], lb[N];
+            zc_qsgd_kernels_scalar.quantize(x, N, first, inv, s, &rng, la);
+            kv->quantize(x, N, first, inv, s, &rng, lb);
+            uint32_t u[64];
+            uint64_t group = UINT64_MAX;
+            for (size_t i = 0; i < N; i++) {
+                uint64_t e = first + i;
+                if (e >> 6 != group) {
+                    group = e >> 6;
+                    zc_qsgd_draw_group(&rng, group, u);
+                }
+                float r = fminf(fabsf(x[i]) * inv, (float)s);
+                uint32_t k = (uint32_t)r;
+                uint32_t t = (uint32_t)((r - (float)k) * 4294967296.0f);
+                high += t >= UINT32_C(0x80000000);
+                k += u[e & 63] < t;
+                int32_t want = signbit(x[i]) ? -(int32_t)k : (int32_t)k;
+                cr_assert_eq(la[i], want, "scalar s %u first %llu value %zu", s,
+                             (unsigned long long)first, i);
+                cr_assert_eq(lb[i], want, "simd s %u first %llu value %zu (%a): %d, want %d", s,
+                             (unsigned long long)first, i, x[i], lb[i], want);
+            }
+        }
+    }
+    cr_assert_gt(high, 1000, "too few values with frac * 2^32 >= 2^31");
+}
+
+static void check_kernels(zc_cpu_level_t level, const zc_qsgd_kernels_t *kv)
+{
+    cr_assert_eq(zc_cpu_set_level(level), ZC_OK);
+    cr_assert_eq(zc_qsgd_kernels(), kv, "dispatch at %s", zc_cpu_level_name(level));
+    kernels_match_scalar(kv);
+    quantize_matches_draws(kv);
+    cr_assert_eq(zc_cpu_set_level(zc_cpu_detect()), ZC_OK);
+}
+
+Test(qsgd_simd, kernels_direct_avx2)
+{
+    if (!have_avx2())
+        cr_skip_test("no AVX2 on this CPU");
+    check_kernels(ZC_CPU_AVX2, &zc_qsgd_kernels_avx2);
+}
+
+Test(qsgd_simd, kernels_direct_avx512)
+{
+    if (!have_avx512())
+        cr_skip_test("no AVX-512 on this CPU");
+    check_kernels(ZC_CPU_AVX512, &zc_qsgd_kernels_avx512);
 }
 #endif
 
