@@ -50,6 +50,61 @@ static inline void add_scaled16(float *dst, __m256 va, __m256 v0, __m256 v1)
     _mm256_storeu_ps(dst + 8, _mm256_add_ps(_mm256_loadu_ps(dst + 8), _mm256_mul_ps(va, v1)));
 }
 
+/*
+ * Drivers over whole blocks, then the tail through a zero-padded block on the
+ * stack; always inlined, so the block function is a constant in each caller.
+ */
+typedef void (*encode16_fn)(const float *src, uint8_t *dst);
+typedef void (*decode_add16_fn)(const uint8_t *src, __m256 va, float *dst);
+typedef void (*reduce16_fn)(const uint8_t *a, const uint8_t *b, uint8_t *dst);
+
+static inline __attribute__((always_inline)) void run_encode(encode16_fn block, const float *src,
+                                                             size_t n, uint8_t *dst)
+{
+    size_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK)
+        block(src + i, dst + 2 * i);
+    if (i < n) {
+        float s[BLOCK] = {0};
+        uint8_t d[2 * BLOCK];
+        memcpy(s, src + i, (n - i) * sizeof(float));
+        block(s, d);
+        memcpy(dst + 2 * i, d, 2 * (n - i));
+    }
+}
+
+static inline __attribute__((always_inline)) void
+run_decode_add(decode_add16_fn block, const uint8_t *src, size_t n, float alpha, float *dst)
+{
+    const __m256 va = _mm256_set1_ps(alpha);
+    size_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK)
+        block(src + 2 * i, va, dst + i);
+    if (i < n) {
+        uint8_t s[2 * BLOCK] = {0};
+        float d[BLOCK] = {0};
+        memcpy(s, src + 2 * i, 2 * (n - i));
+        memcpy(d, dst + i, (n - i) * sizeof(float));
+        block(s, va, d);
+        memcpy(dst + i, d, (n - i) * sizeof(float));
+    }
+}
+
+static inline __attribute__((always_inline)) void
+run_reduce(reduce16_fn block, const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst)
+{
+    size_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK)
+        block(a + 2 * i, b + 2 * i, dst + 2 * i);
+    if (i < n) {
+        uint8_t x[2 * BLOCK] = {0}, y[2 * BLOCK] = {0}, d[2 * BLOCK];
+        memcpy(x, a + 2 * i, 2 * (n - i));
+        memcpy(y, b + 2 * i, 2 * (n - i));
+        block(x, y, d);
+        memcpy(dst + 2 * i, d, 2 * (n - i));
+    }
+}
+
 /* ---------------------------------------------------------------- f16 */
 
 static inline void f16_encode16(const float *src, uint8_t *dst)
@@ -59,42 +114,12 @@ static inline void f16_encode16(const float *src, uint8_t *dst)
     store256(dst, _mm256_set_m128i(h1, h0));
 }
 
-static void f16_encode_avx2(const float *src, size_t n, uint8_t *dst)
-{
-    size_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK)
-        f16_encode16(src + i, dst + 2 * i);
-    if (i < n) {
-        float s[BLOCK] = {0};
-        uint8_t d[2 * BLOCK];
-        memcpy(s, src + i, (n - i) * sizeof(float));
-        f16_encode16(s, d);
-        memcpy(dst + 2 * i, d, 2 * (n - i));
-    }
-}
-
 static inline void f16_decode_add16(const uint8_t *src, __m256 va, float *dst)
 {
     __m256i h = load256(src);
     __m256 v0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
     __m256 v1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
     add_scaled16(dst, va, v0, v1);
-}
-
-static void f16_decode_add_avx2(const uint8_t *src, size_t n, float alpha, float *dst)
-{
-    const __m256 va = _mm256_set1_ps(alpha);
-    size_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK)
-        f16_decode_add16(src + 2 * i, va, dst + i);
-    if (i < n) {
-        uint8_t s[2 * BLOCK] = {0};
-        float d[BLOCK] = {0};
-        memcpy(s, src + 2 * i, 2 * (n - i));
-        memcpy(d, dst + i, (n - i) * sizeof(float));
-        f16_decode_add16(s, va, d);
-        memcpy(dst + i, d, (n - i) * sizeof(float));
-    }
 }
 
 static inline void f16_reduce16(const uint8_t *a, const uint8_t *b, uint8_t *dst)
@@ -106,20 +131,6 @@ static inline void f16_reduce16(const uint8_t *a, const uint8_t *b, uint8_t *dst
                               _mm256_cvtph_ps(_mm256_extracti128_si256(y, 1)));
     __m256i r = _mm256_set_m128i(_mm256_cvtps_ph(s1, RNE), _mm256_cvtps_ph(s0, RNE));
     store256(dst, half_nan_pick(r, x, y, 0x7c00, 0x0200));
-}
-
-static void f16_reduce_avx2(const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst)
-{
-    size_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK)
-        f16_reduce16(a + 2 * i, b + 2 * i, dst + 2 * i);
-    if (i < n) {
-        uint8_t x[2 * BLOCK] = {0}, y[2 * BLOCK] = {0}, d[2 * BLOCK];
-        memcpy(x, a + 2 * i, 2 * (n - i));
-        memcpy(y, b + 2 * i, 2 * (n - i));
-        f16_reduce16(x, y, d);
-        memcpy(dst + 2 * i, d, 2 * (n - i));
-    }
 }
 
 /* --------------------------------------------------------------- bf16 */
@@ -159,42 +170,12 @@ static inline void bf16_encode16(const float *src, uint8_t *dst)
     store256(dst, bf16_round16(_mm256_loadu_ps(src), _mm256_loadu_ps(src + 8)));
 }
 
-static void bf16_encode_avx2(const float *src, size_t n, uint8_t *dst)
-{
-    size_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK)
-        bf16_encode16(src + i, dst + 2 * i);
-    if (i < n) {
-        float s[BLOCK] = {0};
-        uint8_t d[2 * BLOCK];
-        memcpy(s, src + i, (n - i) * sizeof(float));
-        bf16_encode16(s, d);
-        memcpy(dst + 2 * i, d, 2 * (n - i));
-    }
-}
-
 static inline void bf16_decode_add16(const uint8_t *src, __m256 va, float *dst)
 {
     __m256i h = load256(src);
     __m256 v0 = bf16_widen8(_mm256_castsi256_si128(h));
     __m256 v1 = bf16_widen8(_mm256_extracti128_si256(h, 1));
     add_scaled16(dst, va, v0, v1);
-}
-
-static void bf16_decode_add_avx2(const uint8_t *src, size_t n, float alpha, float *dst)
-{
-    const __m256 va = _mm256_set1_ps(alpha);
-    size_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK)
-        bf16_decode_add16(src + 2 * i, va, dst + i);
-    if (i < n) {
-        uint8_t s[2 * BLOCK] = {0};
-        float d[BLOCK] = {0};
-        memcpy(s, src + 2 * i, 2 * (n - i));
-        memcpy(d, dst + i, (n - i) * sizeof(float));
-        bf16_decode_add16(s, va, d);
-        memcpy(dst + i, d, (n - i) * sizeof(float));
-    }
 }
 
 static inline void bf16_reduce16(const uint8_t *a, const uint8_t *b, uint8_t *dst)
@@ -207,18 +188,34 @@ static inline void bf16_reduce16(const uint8_t *a, const uint8_t *b, uint8_t *ds
     store256(dst, half_nan_pick(bf16_round16(s0, s1), x, y, 0x7f80, 0x0040));
 }
 
+static void f16_encode_avx2(const float *src, size_t n, uint8_t *dst)
+{
+    run_encode(f16_encode16, src, n, dst);
+}
+
+static void f16_decode_add_avx2(const uint8_t *src, size_t n, float alpha, float *dst)
+{
+    run_decode_add(f16_decode_add16, src, n, alpha, dst);
+}
+
+static void f16_reduce_avx2(const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst)
+{
+    run_reduce(f16_reduce16, a, b, n, dst);
+}
+
+static void bf16_encode_avx2(const float *src, size_t n, uint8_t *dst)
+{
+    run_encode(bf16_encode16, src, n, dst);
+}
+
+static void bf16_decode_add_avx2(const uint8_t *src, size_t n, float alpha, float *dst)
+{
+    run_decode_add(bf16_decode_add16, src, n, alpha, dst);
+}
+
 static void bf16_reduce_avx2(const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst)
 {
-    size_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK)
-        bf16_reduce16(a + 2 * i, b + 2 * i, dst + 2 * i);
-    if (i < n) {
-        uint8_t x[2 * BLOCK] = {0}, y[2 * BLOCK] = {0}, d[2 * BLOCK];
-        memcpy(x, a + 2 * i, 2 * (n - i));
-        memcpy(y, b + 2 * i, 2 * (n - i));
-        bf16_reduce16(x, y, d);
-        memcpy(dst + 2 * i, d, 2 * (n - i));
-    }
+    run_reduce(bf16_reduce16, a, b, n, dst);
 }
 
 const zc_half_kernels_t zc_half_kernels_avx2[ZC_HALF_NFORMATS] = {

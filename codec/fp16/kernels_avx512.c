@@ -36,24 +36,38 @@ static void f16_encode_avx512(const float *src, size_t n, uint8_t *dst)
     }
 }
 
-static void f16_decode_add_avx512(const uint8_t *src, size_t n, float alpha, float *dst)
+typedef __m512 (*widen16_fn)(__m256i h);
+
+/* dst += alpha * widen(src), 32 values a step, then masked 16; inlined per format. */
+static inline __attribute__((always_inline)) void
+run_decode_add(widen16_fn widen, const uint8_t *src, size_t n, float alpha, float *dst)
 {
     const __m512 va = _mm512_set1_ps(alpha);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
         __m512i h = _mm512_loadu_si512(src + 2 * i);
-        __m512 v0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-        __m512 v1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+        __m512 v0 = widen(_mm512_castsi512_si256(h));
+        __m512 v1 = widen(_mm512_extracti64x4_epi64(h, 1));
         _mm512_storeu_ps(dst + i, _mm512_add_ps(_mm512_loadu_ps(dst + i), _mm512_mul_ps(va, v0)));
         _mm512_storeu_ps(dst + i + 16,
                          _mm512_add_ps(_mm512_loadu_ps(dst + i + 16), _mm512_mul_ps(va, v1)));
     }
     for (; i < n; i += 16) {
         __mmask16 k = tail_mask(n - i);
-        __m512 v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, src + 2 * i));
+        __m512 v = widen(_mm256_maskz_loadu_epi16(k, src + 2 * i));
         __m512 d = _mm512_maskz_loadu_ps(k, dst + i);
         _mm512_mask_storeu_ps(dst + i, k, _mm512_add_ps(d, _mm512_mul_ps(va, v)));
     }
+}
+
+static inline __m512 f16_widen16(__m256i h)
+{
+    return _mm512_cvtph_ps(h);
+}
+
+static void f16_decode_add_avx512(const uint8_t *src, size_t n, float alpha, float *dst)
+{
+    run_decode_add(f16_widen16, src, n, alpha, dst);
 }
 
 /* The NaN rule of the scalar reduce: x's NaN if any, else y's, quieted. */
@@ -136,22 +150,7 @@ static void bf16_encode_avx512(const float *src, size_t n, uint8_t *dst)
 
 static void bf16_decode_add_avx512(const uint8_t *src, size_t n, float alpha, float *dst)
 {
-    const __m512 va = _mm512_set1_ps(alpha);
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m512i h = _mm512_loadu_si512(src + 2 * i);
-        __m512 v0 = bf16_widen16(_mm512_castsi512_si256(h));
-        __m512 v1 = bf16_widen16(_mm512_extracti64x4_epi64(h, 1));
-        _mm512_storeu_ps(dst + i, _mm512_add_ps(_mm512_loadu_ps(dst + i), _mm512_mul_ps(va, v0)));
-        _mm512_storeu_ps(dst + i + 16,
-                         _mm512_add_ps(_mm512_loadu_ps(dst + i + 16), _mm512_mul_ps(va, v1)));
-    }
-    for (; i < n; i += 16) {
-        __mmask16 k = tail_mask(n - i);
-        __m512 v = bf16_widen16(_mm256_maskz_loadu_epi16(k, src + 2 * i));
-        __m512 d = _mm512_maskz_loadu_ps(k, dst + i);
-        _mm512_mask_storeu_ps(dst + i, k, _mm512_add_ps(d, _mm512_mul_ps(va, v)));
-    }
+    run_decode_add(bf16_widen16, src, n, alpha, dst);
 }
 
 static inline __m256i bf16_sum16(__m256i x, __m256i y)
