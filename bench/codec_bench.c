@@ -7,9 +7,15 @@
  * with the ratio to it.
  * Times are the best of --reps runs after one warm-up.
  *
- *   codec_bench [--size-mib N] [--reps N] [--only NAME] [--json]
+ *   codec_bench [--size-mib N] [--reps N] [--only NAME] [--json] [--device cpu|cuda]
  *
  * ZIPCCL_CPU (scalar, avx2, avx512) picks the kernels measured.
+ *
+ * --device cuda measures the CUDA codecs (libzipccl-cuda, codec/cuda) on GPU 0
+ * instead: the same settings on device buffers, timed with CUDA events, next to
+ * the device-to-device copy bandwidth measured in the same run (bytes copied
+ * per second), with the issue's targets. Without a CUDA device (or a build
+ * without nvcc) it prints "no CUDA device" and exits 77, the skip code.
  */
 #include "common/config.h"
 #include "common/cpu.h"
@@ -19,6 +25,11 @@
 #include <zipccl/zipccl_codec.h>
 
 #include <cblas.h>
+#if ZC_BENCH_CUDA
+#include "codec/cuda/cuda_codec.h"
+
+#include <cuda_runtime.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,18 +235,284 @@ out:
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: codec_bench [--size-mib N] [--reps N] [--only SUBSTRING] [--json]\n");
+    fprintf(f, "usage: codec_bench [--size-mib N] [--reps N] [--only SUBSTRING] [--json] "
+               "[--device cpu|cuda]\n");
 }
+
+/* Exit code of --device cuda without a device: meson's and run.sh's "skipped". */
+#define BENCH_NO_DEVICE 77
+
+#if ZC_BENCH_CUDA
+/* The targets on an H200, as ratios to the device copy: (setting, encode, decode). */
+static const struct {
+    const char *name;
+    double encode, decode;
+} cuda_targets[] = {
+    {"qsgd-4bit-d512-fixed", 0.5, 0.5},
+    {"fp16", 0.8, 0.8},
+    {"bf16", 0.8, 0.8},
+};
+
+static int cuda_fail(const setting_t *st, const char *what, int err)
+{
+    fprintf(stderr, "codec_bench: %s: %s: %s\n", st ? st->name : "device", what,
+            err < 0 ? zc_status_string((zc_status_t)err) : cudaGetErrorString((cudaError_t)err));
+    return -1;
+}
+
+#define BENCH_CU(call, what)                                                                       \
+    do {                                                                                           \
+        cudaError_t bench_err_ = (call);                                                           \
+        if (bench_err_ != cudaSuccess)                                                             \
+            return cuda_fail(NULL, what, (int)bench_err_);                                         \
+    } while (0)
+
+/* Seconds between two recorded events. */
+static double event_s(cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    return ms * 1e-3;
+}
+
+/* Device buffers shared by every setting. */
+typedef struct cuda_bufs {
+    float *x, *out;
+    void *payload, *reduced, *ws;
+    size_t cap, ws_size;
+    uint64_t *dlen;
+    int32_t *dstatus;
+    cudaStream_t stream;
+    cudaEvent_t e0, e1;
+} cuda_bufs_t;
+
+/*
+ * One setting on the device: encode (error feedback included), decode_add and
+ * (linear codecs) reduce, best of @p reps after a warm-up. GradiVeQ learns its
+ * basis on the host from x and uploads it, as in training.
+ */
+static int run_setting_cuda(const setting_t *st, const float *hx, size_t n, cuda_bufs_t *b,
+                            int reps, result_t *res)
+{
+    zc_codec_params_t p = setting_params(st);
+    zc_codec_state_t *host_state = NULL;
+    zc_cuda_state_t *state = NULL;
+    zc_status_t status;
+    int rc = -1;
+
+    if ((status = zc_cuda_codec_supported(&p)) != ZC_OK)
+        return (int)status;
+    if (zc_codec_needs_state(&p)) {
+        if ((status = zc_cuda_state_create(&p, n, b->stream, &state)) != ZC_OK)
+            return fail(st, "device state", status);
+        if (p.codec == ZC_CODEC_GRADIVEQ &&
+            ((status = zc_codec_state_create(&p, n, &host_state)) != ZC_OK ||
+             (status = zc_codec_state_update(host_state, hx, n)) != ZC_OK ||
+             (status = zc_cuda_state_load_basis(state, host_state, b->stream)) != ZC_OK)) {
+            fail(st, "basis", status);
+            goto out;
+        }
+    }
+    const int linear = (zc_codec_caps(st->codec) & ZC_CODEC_CAP_LINEAR) != 0;
+    double enc_best = 1e30, dec_best = 1e30, red_best = 1e30;
+    uint64_t len = 0;
+    for (int r = 0; r <= reps; r++) {
+        zc_codec_rng_t rng = {.seed = 1, .counter = (uint32_t)r};
+        cudaEventRecord(b->e0, b->stream);
+        status = zc_cuda_codec_encode(&p, state, &rng, ZC_DTYPE_F32, b->x, n, b->payload, b->cap,
+                                      b->dlen, b->ws, b->ws_size, b->stream);
+        cudaEventRecord(b->e1, b->stream);
+        if (status != ZC_OK) {
+            fail(st, "encode", status);
+            goto out;
+        }
+        if (cudaMemcpy(&len, b->dlen, sizeof(len), cudaMemcpyDeviceToHost) != cudaSuccess) {
+            cuda_fail(st, "payload length", (int)cudaGetLastError());
+            goto out;
+        }
+        const double t_enc = event_s(b->e0, b->e1);
+        cudaMemsetAsync(b->out, 0, n * sizeof(float), b->stream);
+        cudaEventRecord(b->e0, b->stream);
+        status = zc_cuda_codec_decode_add(&p, state, b->payload, (size_t)len, b->out, n, b->dstatus,
+                                          b->ws, b->ws_size, b->stream);
+        cudaEventRecord(b->e1, b->stream);
+        int32_t verdict = -1;
+        cudaMemcpy(&verdict, b->dstatus, sizeof(verdict), cudaMemcpyDeviceToHost);
+        if (status != ZC_OK || verdict != ZC_OK) {
+            fail(st, "decode_add", status != ZC_OK ? status : (zc_status_t)verdict);
+            goto out;
+        }
+        const double t_dec = event_s(b->e0, b->e1);
+        double t_red = 0;
+        if (linear) {
+            cudaEventRecord(b->e0, b->stream);
+            status =
+                zc_cuda_codec_reduce(&p, state, n, b->payload, (size_t)len, b->payload, (size_t)len,
+                                     b->reduced, b->cap, b->dlen, b->dstatus, b->stream);
+            cudaEventRecord(b->e1, b->stream);
+            cudaMemcpy(&verdict, b->dstatus, sizeof(verdict), cudaMemcpyDeviceToHost);
+            if (status != ZC_OK || verdict != ZC_OK) {
+                fail(st, "reduce", status != ZC_OK ? status : (zc_status_t)verdict);
+                goto out;
+            }
+            t_red = event_s(b->e0, b->e1);
+        }
+        if (r > 0) { /* run 0 is the warm-up */
+            enc_best = fmin(enc_best, t_enc);
+            dec_best = fmin(dec_best, t_dec);
+            red_best = fmin(red_best, t_red);
+        }
+    }
+    float *out = malloc(n * sizeof(float));
+    if (!out || cudaMemcpy(out, b->out, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
+        free(out);
+        cuda_fail(st, "reading the decoded values", (int)cudaGetLastError());
+        goto out;
+    }
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)out[i] - hx[i];
+        err += d * d;
+        norm += (double)hx[i] * hx[i];
+    }
+    free(out);
+    const double bytes = (double)n * sizeof(float);
+    res->encode_gbs = bytes / enc_best * 1e-9;
+    res->decode_gbs = bytes / dec_best * 1e-9;
+    res->reduce_gbs = linear ? bytes / red_best * 1e-9 : 0;
+    res->bits_per_coord = len * 8.0 / n;
+    res->rel_err = sqrt(err / norm);
+    rc = 0;
+out:
+    zc_cuda_state_destroy(state);
+    zc_codec_state_destroy(host_state);
+    return rc;
+}
+
+static int bench_cuda(size_t mib, int reps, const char *only, int json)
+{
+    int devices = 0;
+    zc_cuda_device_count(&devices);
+    if (devices == 0) {
+        printf("codec_bench: no CUDA device: nothing measured\n");
+        return BENCH_NO_DEVICE;
+    }
+    const size_t n = mib * 1024 * 1024 / sizeof(float);
+    cuda_bufs_t b = {0};
+    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
+        zc_codec_params_t p = setting_params(&settings[i]);
+        size_t c = zc_codec_bound(&p, n), w = zc_cuda_codec_workspace_size(&p, n);
+        b.cap = c > b.cap ? c : b.cap;
+        b.ws_size = w > b.ws_size ? w : b.ws_size;
+    }
+    float *hx = malloc(n * sizeof(float));
+    if (!hx) {
+        fprintf(stderr, "codec_bench: out of memory for %zu MiB\n", mib);
+        return 1;
+    }
+    fill_gaussian(hx, n);
+    BENCH_CU(cudaStreamCreate(&b.stream), "cudaStreamCreate");
+    BENCH_CU(cudaEventCreate(&b.e0), "cudaEventCreate");
+    BENCH_CU(cudaEventCreate(&b.e1), "cudaEventCreate");
+    BENCH_CU(cudaMalloc((void **)&b.x, n * sizeof(float)), "cudaMalloc");
+    BENCH_CU(cudaMalloc((void **)&b.out, n * sizeof(float)), "cudaMalloc");
+    BENCH_CU(cudaMalloc(&b.payload, b.cap), "cudaMalloc");
+    BENCH_CU(cudaMalloc(&b.reduced, b.cap), "cudaMalloc");
+    BENCH_CU(cudaMalloc(&b.ws, b.ws_size ? b.ws_size : 1), "cudaMalloc");
+    BENCH_CU(cudaMalloc((void **)&b.dlen, sizeof(*b.dlen)), "cudaMalloc");
+    BENCH_CU(cudaMalloc((void **)&b.dstatus, sizeof(*b.dstatus)), "cudaMalloc");
+    BENCH_CU(cudaMemcpy(b.x, hx, n * sizeof(float), cudaMemcpyHostToDevice), "upload");
+
+    /* the baseline: device-to-device copy of the same bytes, bytes copied per second */
+    double copy_best = 1e30;
+    for (int r = 0; r <= reps; r++) {
+        cudaEventRecord(b.e0, b.stream);
+        cudaMemcpyAsync(b.out, b.x, n * sizeof(float), cudaMemcpyDeviceToDevice, b.stream);
+        cudaEventRecord(b.e1, b.stream);
+        BENCH_CU(cudaEventSynchronize(b.e1), "copy baseline");
+        if (r > 0)
+            copy_best = fmin(copy_best, event_s(b.e0, b.e1));
+    }
+    const double copy_gbs = n * sizeof(float) / copy_best * 1e-9;
+    struct cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    if (!json)
+        printf("codec_bench --device cuda: %zu MiB f32 N(0,1), best of %d, %s\n"
+               "device copy %.2f GB/s (baseline, same run); GB/s count f32 input bytes\n\n"
+               "%-24s %9s %7s %9s %7s %9s %7s %10s %9s  %s\n",
+               mib, reps, prop.name, copy_gbs, "setting", "enc GB/s", "x copy", "dec GB/s",
+               "x copy", "red GB/s", "x copy", "bits/coord", "rel err", "target (enc/dec x copy)");
+    int failed = 0;
+    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
+        const setting_t *st = &settings[i];
+        result_t r = {0};
+        if (only && !strstr(st->name, only))
+            continue;
+        int rc = run_setting_cuda(st, hx, n, &b, reps, &r);
+        if (rc == ZC_ERR_UNSUPPORTED) {
+            if (!json)
+                printf("%-24s host only (QSGD Elias and auto coding: docs/cuda.md)\n", st->name);
+            continue;
+        }
+        if (rc < 0) {
+            failed = 1;
+            continue;
+        }
+        char target[64] = "";
+        for (size_t t = 0; t < sizeof(cuda_targets) / sizeof(cuda_targets[0]); t++)
+            if (strcmp(cuda_targets[t].name, st->name) == 0)
+                snprintf(target, sizeof(target), ">= %.1f/%.1f: %s", cuda_targets[t].encode,
+                         cuda_targets[t].decode,
+                         r.encode_gbs >= cuda_targets[t].encode * copy_gbs &&
+                                 r.decode_gbs >= cuda_targets[t].decode * copy_gbs
+                             ? "met"
+                             : "MISSED");
+        if (json) {
+            printf("{\"setting\":\"%s\",\"codec\":\"%s\",\"mib\":%zu,\"device\":\"%s\","
+                   "\"copy_gbs\":%.3f,\"encode_gbs\":%.3f,\"encode_vs_copy\":%.4f,"
+                   "\"decode_add_gbs\":%.3f,\"decode_add_vs_copy\":%.4f,\"reduce_gbs\":%.3f,"
+                   "\"bits_per_coord\":%.4f,\"rel_l2_error\":%.5f}\n",
+                   st->name, zc_codec_name(st->codec), mib, prop.name, copy_gbs, r.encode_gbs,
+                   r.encode_gbs / copy_gbs, r.decode_gbs, r.decode_gbs / copy_gbs, r.reduce_gbs,
+                   r.bits_per_coord, r.rel_err);
+        } else {
+            char red[32], red_ratio[32];
+            snprintf(red, sizeof(red), r.reduce_gbs > 0 ? "%.2f" : "-", r.reduce_gbs);
+            snprintf(red_ratio, sizeof(red_ratio), r.reduce_gbs > 0 ? "%.3f" : "-",
+                     r.reduce_gbs / copy_gbs);
+            printf("%-24s %9.2f %7.3f %9.2f %7.3f %9s %7s %10.3f %9.5f  %s\n", st->name,
+                   r.encode_gbs, r.encode_gbs / copy_gbs, r.decode_gbs, r.decode_gbs / copy_gbs,
+                   red, red_ratio, r.bits_per_coord, r.rel_err, target);
+        }
+        fflush(stdout);
+    }
+    cudaFree(b.x);
+    cudaFree(b.out);
+    cudaFree(b.payload);
+    cudaFree(b.reduced);
+    cudaFree(b.ws);
+    cudaFree(b.dlen);
+    cudaFree(b.dstatus);
+    cudaEventDestroy(b.e0);
+    cudaEventDestroy(b.e1);
+    cudaStreamDestroy(b.stream);
+    free(hx);
+    return failed;
+}
+#endif
 
 int main(int argc, char **argv)
 {
     size_t mib = 64;
     int reps = 5, json = 0;
-    const char *only = NULL;
+    const char *only = NULL, *device = "cpu";
 
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
+                   (strcmp(argv[i + 1], "cpu") == 0 || strcmp(argv[i + 1], "cuda") == 0)) {
+            device = argv[++i];
         } else if (strcmp(argv[i], "--size-mib") == 0 && i + 1 < argc) {
             mib = strtoul(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
@@ -257,6 +534,15 @@ int main(int argc, char **argv)
         return 1;
     /* one core: OpenBLAS (GradiVeQ's projections) must not fan out either */
     openblas_set_num_threads(1);
+    if (strcmp(device, "cuda") == 0) {
+#if ZC_BENCH_CUDA
+        return bench_cuda(mib, reps, only, json);
+#else
+        printf("codec_bench: no CUDA device: this build has no CUDA codecs (nvcc not found at "
+               "configure time)\n");
+        return BENCH_NO_DEVICE;
+#endif
+    }
     size_t n = mib * 1024 * 1024 / sizeof(float);
     size_t cap = 0;
     for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {

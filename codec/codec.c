@@ -24,8 +24,8 @@ size_t zc_dtype_size(zc_dtype_t dtype)
     case ZC_DTYPE_F32: return 4;
     case ZC_DTYPE_F16:
     case ZC_DTYPE_BF16: return 2;
+    default: return 0; /* not a codec input type */
     }
-    return 0;
 }
 
 void zc_dtype_to_f32(zc_dtype_t dtype, const void *src, size_t count, float *dst)
@@ -44,6 +44,7 @@ void zc_dtype_to_f32(zc_dtype_t dtype, const void *src, size_t count, float *dst
         for (size_t i = 0; i < count; i++)
             dst[i] = zc_bf16_to_f32(h[i]);
         break;
+    default: break; /* callers pass codec input types only */
     }
 }
 
@@ -65,6 +66,7 @@ void zc_dtype_add_f32(zc_dtype_t dtype, const void *src, size_t count, float *ds
         for (size_t i = 0; i < count; i++)
             dst[i] += zc_bf16_to_f32(h[i]);
         break;
+    default: break; /* callers pass codec input types only */
     }
 }
 

@@ -11,6 +11,13 @@
 #define ZC_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define ZC_DIV_UP(a, b) (((a) + (b)-1) / (b))
 
+/* Inline helpers that CUDA code (codec/cuda) calls on the device as well: the same bits there. */
+#ifdef __CUDACC__
+#define ZC_HD __host__ __device__
+#else
+#define ZC_HD
+#endif
+
 /* Return the status of @p expr from the calling function when it is an error. */
 #define ZC_CHECK(expr)                                                                             \
     do {                                                                                           \

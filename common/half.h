@@ -6,29 +6,31 @@
 #ifndef ZC_COMMON_HALF_H
 #define ZC_COMMON_HALF_H
 
+#include "common/compiler.h"
+
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t zc_f32_bits(float f)
+static inline ZC_HD uint32_t zc_f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof(u));
     return u;
 }
 
-static inline float zc_f32_from_bits(uint32_t u)
+static inline ZC_HD float zc_f32_from_bits(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof(f));
     return f;
 }
 
-static inline float zc_bf16_to_f32(uint16_t h)
+static inline ZC_HD float zc_bf16_to_f32(uint16_t h)
 {
     return zc_f32_from_bits((uint32_t)h << 16);
 }
 
-static inline uint16_t zc_f32_to_bf16(float f)
+static inline ZC_HD uint16_t zc_f32_to_bf16(float f)
 {
     uint32_t u = zc_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -37,7 +39,7 @@ static inline uint16_t zc_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-static inline float zc_f16_to_f32(uint16_t h)
+static inline ZC_HD float zc_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
@@ -55,7 +57,7 @@ static inline float zc_f16_to_f32(uint16_t h)
     return zc_f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
-static inline uint16_t zc_f32_to_f16(float f)
+static inline ZC_HD uint16_t zc_f32_to_f16(float f)
 {
     uint32_t u = zc_f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);

@@ -11,6 +11,8 @@
 #ifndef ZC_COMMON_PHILOX_H
 #define ZC_COMMON_PHILOX_H
 
+#include "common/compiler.h"
+
 #include <stdint.h>
 
 #define ZC_PHILOX_M0 UINT32_C(0xD2511F53)
@@ -19,7 +21,8 @@
 #define ZC_PHILOX_W1 UINT32_C(0xBB67AE85) /* sqrt(3) - 1 */
 #define ZC_PHILOX_ROUNDS 10
 
-static inline void zc_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
+static inline ZC_HD void zc_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2],
+                                          uint32_t out[4])
 {
     uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
     uint32_t k0 = key[0], k1 = key[1];

@@ -33,11 +33,22 @@
 extern "C" {
 #endif
 
-/** Element types a codec accepts as input. */
+/**
+ * Element types. Codecs accept the floating types F32, F16 and BF16 as input;
+ * the collectives (zipccl.h) reduce every type, uncompressed where no codec applies.
+ */
 typedef enum zc_dtype {
     ZC_DTYPE_F32 = 0,
     ZC_DTYPE_F16 = 1,  /**< IEEE binary16 */
     ZC_DTYPE_BF16 = 2, /**< bfloat16 */
+    ZC_DTYPE_F64 = 3,
+    ZC_DTYPE_I8 = 4,
+    ZC_DTYPE_U8 = 5,
+    ZC_DTYPE_I32 = 6,
+    ZC_DTYPE_U32 = 7,
+    ZC_DTYPE_I64 = 8,
+    ZC_DTYPE_U64 = 9,
+    ZC_DTYPE_COUNT
 } zc_dtype_t;
 
 /** Codec identifiers; the value is stored in every payload header. */

@@ -88,21 +88,44 @@ static const char *const launcher_vars[] = {
 
 static const char *const style_names[] = {"zipccl", "torchrun", "openmpi", "slurm"};
 
-int zc_harness_free_port(void)
+/* Whether @p port can be bound on 127.0.0.1 now. */
+static int port_free(int port)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    socklen_t len = sizeof(a);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return -1;
+        return 0;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
-        close(fd);
-        return -1;
-    }
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
     close(fd);
-    return ntohs(a.sin_port);
+    return ok;
+}
+
+/*
+ * A port below the kernel's ephemeral range: the ports bind(0) hands out are
+ * the ones UCX and every other connection of the tests take too, so one of
+ * them could grab it before rank 0 listens. Random, so that tests running in
+ * parallel rarely try the same one.
+ */
+int zc_harness_free_port(void)
+{
+    int low = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d", &low) != 1)
+            low = 32768;
+        fclose(f);
+    }
+    if (low <= 10001)
+        low = 32768;
+    unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL) * 2654435761u;
+    for (int i = 0; i < 1000; i++) {
+        int port = 10000 + (int)(rand_r(&seed) % (unsigned)(low - 10000));
+        if (port_free(port))
+            return port;
+    }
+    errno = EADDRINUSE;
+    return -1;
 }
 
 /* ---- steps ----------------------------------------------------------------------------------- */

@@ -136,6 +136,12 @@ static void abandon(zc_ucx_comm_t *comm, zc_ucx_req_t *req, zc_status_t status)
         ucp_request_cancel(comm->worker, ureq); /* may call recv_done, which frees ureq */
 }
 
+void zc_ucx_abandon(zc_ucx_comm_t *comm, zc_ucx_req_t *req, zc_status_t status)
+{
+    if (req->status == ZC_INPROGRESS)
+        abandon(comm, req, status);
+}
+
 void zc_ucx_abandon_all(zc_ucx_comm_t *comm)
 {
     zc_ucx_ureq_t *ureq = comm->inflight, *next;

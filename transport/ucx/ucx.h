@@ -180,6 +180,14 @@ zc_status_t zc_ucx_test(zc_ucx_comm_t *comm, zc_ucx_req_t *req);
 zc_status_t zc_ucx_wait(zc_ucx_comm_t *comm, zc_ucx_req_t *req, const char *what);
 
 /*
+ * Gives up on @p req if it is still in flight: it gets @p status, its callback
+ * does not run and its storage is free again (a receive is cancelled; UCX may
+ * still read a send buffer until the communicator is destroyed). A completed
+ * request is left alone.
+ */
+void zc_ucx_abandon(zc_ucx_comm_t *comm, zc_ucx_req_t *req, zc_status_t status);
+
+/*
  * Waits for all @p n requests under one deadline. Returns ZC_OK when every one
  * succeeded. On the first failure (an error status, a dead peer, the deadline)
  * it stops waiting and returns that error; the requests still in flight are

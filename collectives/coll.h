@@ -1,0 +1,244 @@
+/*
+ * The collectives layer, internal: the communicator, one all-reduce in
+ * flight (zc_coll_op_t), and the interface every algorithm implements.
+ *
+ * An algorithm is a nonblocking state machine. The driver (op.c) calls
+ * start() once, then progress() repeatedly until it returns something other
+ * than ZC_INPROGRESS, then fini(). progress() never blocks: it tests its
+ * requests (zc_coll_test), computes what their completion allows (reduce a
+ * chunk, encode the next, decode), posts the next sends and receives, and
+ * returns. The driver progresses the UCX worker between calls. The same code
+ * thus serves zc_allreduce (the caller's thread loops), zc_test (one round)
+ * and the progress thread.
+ *
+ * Before start() the driver has exchanged the call header with every rank
+ * (count, type, op, codec, algorithm: a mismatch fails every rank before any
+ * data moves), fetched the per-tensor codec state and filled op->path.
+ *
+ * Tags: every message of an op carries zc_coll_tag(op, step, chunk): the op's
+ * sequence number, a step and a chunk number, so that no two messages of one
+ * (sender, receiver) pair in flight share a tag. The transport adds the sender.
+ *
+ * Buffers an algorithm has handed to UCX must not be freed while a request on
+ * them may be in flight: after a failure, zc_coll_fail abandons the requests
+ * and algorithms give their buffers to zc_coll_defer_free (freed when the
+ * communicator goes, after UCX has let go of them).
+ */
+#ifndef ZC_COLLECTIVES_COLL_H
+#define ZC_COLLECTIVES_COLL_H
+
+#include "collectives/policy.h"
+#include "collectives/state.h"
+#include "collectives/stats.h"
+#include "common/config.h"
+#include "common/timer.h"
+#include "transport/bootstrap/bootstrap.h"
+#include "transport/ucx/ucx.h"
+
+#include <zipccl/zipccl.h>
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* An op is what zc_iallreduce hands out as a zc_request_t. */
+typedef struct zc_request zc_coll_op_t;
+
+/* Tag layout (44 bits): seq 12 | step 16 | chunk 16. */
+#define ZC_COLL_SEQ_BITS 12
+#define ZC_COLL_STEP_BITS 16
+#define ZC_COLL_CHUNK_BITS 16
+#define ZC_COLL_MAX_STEP ((1u << ZC_COLL_STEP_BITS) - 2) /* the last step value is the header's */
+#define ZC_COLL_MAX_CHUNKS (1u << ZC_COLL_CHUNK_BITS)
+#define ZC_COLL_HEADER_STEP ((1u << ZC_COLL_STEP_BITS) - 1)
+
+typedef struct zc_algo {
+    const char *name;
+    /* Allocates op->priv and posts the first transfers; no waiting. */
+    zc_status_t (*start)(zc_coll_op_t *op);
+    /* Advances without blocking: ZC_INPROGRESS, ZC_OK (result in op->recvbuf) or an error. */
+    zc_status_t (*progress)(zc_coll_op_t *op);
+    /*
+     * Frees op->priv. Called once after start() (whatever it returned) when the
+     * op is over. With op->status an error, requests may still be in flight:
+     * call zc_coll_abandon on them and zc_coll_defer_free on their buffers.
+     */
+    void (*fini)(zc_coll_op_t *op);
+} zc_algo_t;
+
+/* algorithms (one file each) */
+extern const zc_algo_t zc_algo_ring; /* ring.c: raw reduce-scatter + all-gather, any dtype/op */
+extern const zc_algo_t zc_algo_allgather; /* allgather.c: compressed all-gather, decode all */
+extern const zc_algo_t zc_algo_scatter;   /* scatter.c: compressed scatter-reduce-allgather */
+extern const zc_algo_t zc_algo_cring;     /* cring.c: ring on payloads of a linear codec */
+
+/* One all-reduce from zc_iallreduce to completion. */
+struct zc_request {
+    zc_comm_t *comm;
+    uint64_t seq; /* calls started on comm before this one */
+
+    /* the call */
+    const void *sendbuf;
+    void *recvbuf; /* may equal sendbuf */
+    size_t count;
+    zc_dtype_t dtype;
+    zc_redop_t op;
+    uint64_t key;
+
+    /* what the policy chose (identical on every rank; the header checks it) */
+    zc_path_t path;            /* algorithm, codec params (gradiveq.ranks = size) */
+    const zc_algo_t *algo;     /* from path.algo */
+    zc_tensor_state_t *tstate; /* per-tensor state; NULL for stateless codecs */
+    zc_codec_rng_t rng;        /* seed, rank, counter = the tensor's call number */
+    void *priv;                /* the algorithm's */
+
+    /* driver */
+    int phase; /* op.c's */
+    zc_status_t status;
+    uint64_t start_ns;
+    uint64_t deadline_ns;   /* pushed back whenever the worker makes progress */
+    uint64_t last_poll_ns;  /* the driver's last look, to forgive gaps the caller made */
+    zc_ucx_req_t *hdr_reqs; /* header exchange: N-1 receives, then N-1 sends */
+    void *hdr_buf;          /* own header, then the N-1 received ones */
+
+    /* measurements, folded into comm->stats at completion */
+    zc_op_stats_t stats;
+
+    zc_coll_op_t *next; /* comm's queue */
+    int done;           /* set when status is final (under comm->lock with a progress thread) */
+};
+
+struct zc_comm {
+    zc_config_t cfg;
+    zc_bootstrap_t *bs;
+    zc_ucx_comm_t *ucx;
+    int rank, size;
+    uint64_t seq;
+    zc_status_t broken; /* ZC_ERR_PEER/TIMEOUT once an exchange failed: later calls fail fast */
+
+    zc_policy_t policy;
+    zc_state_store_t *store;
+    zc_stats_book_t stats;
+
+    /* nonblocking calls in start order; only the head runs */
+    zc_coll_op_t *head, *tail;
+
+    /* the progress thread (ZIPCCL_PROGRESS_THREAD=1) */
+    int thread_on;
+    int thread_stop;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+
+    /* buffers UCX may still touch after a failure: freed at destroy */
+    void **graveyard;
+    size_t graveyard_len, graveyard_cap;
+};
+
+/* The tag of (@p step, @p chunk) of @p op: step < ZC_COLL_MAX_STEP, chunk < ZC_COLL_MAX_CHUNKS. */
+static inline uint64_t zc_coll_tag(const zc_coll_op_t *op, unsigned step, unsigned chunk)
+{
+    uint64_t seq = op->seq & ((UINT64_C(1) << ZC_COLL_SEQ_BITS) - 1);
+    return seq << (ZC_COLL_STEP_BITS + ZC_COLL_CHUNK_BITS) | (uint64_t)step << ZC_COLL_CHUNK_BITS |
+           chunk;
+}
+
+/*
+ * Tests @p n requests without blocking (the driver progresses the worker):
+ * ZC_OK when all completed successfully, ZC_INPROGRESS while some run, else the
+ * first error (requests of a dead peer fail with ZC_ERR_PEER). Pushes the op's
+ * deadline back when one completed since the last look, and fails with
+ * ZC_ERR_TIMEOUT, logging @p what and the peers still awaited, when
+ * ZIPCCL_TIMEOUT_S passed with nothing completing. Requests with status other
+ * than ZC_INPROGRESS count as completed (so arrays may hold unused slots set to
+ * ZC_OK).
+ */
+zc_status_t zc_coll_test(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n, const char *what);
+
+/* Abandons @p n requests still in flight (after a failure); completed ones are left alone. */
+void zc_coll_abandon(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n);
+
+/* Frees @p ptr now when @p op succeeded, else when the communicator is destroyed. */
+void zc_coll_defer_free(zc_coll_op_t *op, void *ptr);
+
+/*
+ * Writes the f32 accumulator @p acc (@p count values) to @p op's recvbuf at
+ * element @p offset, in its dtype (f32, f16 or bf16, rounding to nearest even),
+ * divided by the number of ranks for ZC_OP_AVG. @p acc may be that very part
+ * of recvbuf when dtype is f32. Time it as decode.
+ */
+void zc_coll_store_result(zc_coll_op_t *op, float *acc, size_t count, size_t offset);
+
+/*
+ * On calls the driver samples (op->stats.sample_err), decodes @p payload (own,
+ * @p len bytes, made from @p count values of op->dtype at @p src, with codec
+ * state @p cs or NULL) and adds its squared error and the input's squared norm
+ * to op->stats. A no-op on other calls. Not timed as decode.
+ */
+void zc_coll_measure_error(zc_coll_op_t *op, zc_codec_state_t *cs, const void *payload, size_t len,
+                           const void *src, size_t count);
+
+/* Adds the time since @p since_ns to a counter; times a section:
+ *   uint64_t t = zc_time_ns(); ...; zc_coll_account(&op->stats.encode_ns, t); */
+static inline void zc_coll_account(uint64_t *counter_ns, uint64_t since_ns)
+{
+    *counter_ns += zc_time_ns() - since_ns;
+}
+
+/* Split of @p count elements into @p parts nearly equal segments: segment i is [off, off+len). */
+static inline void zc_coll_segment(size_t count, size_t parts, size_t i, size_t *off_p,
+                                   size_t *len_p)
+{
+    size_t base = count / parts, extra = count % parts;
+    *off_p = i * base + (i < extra ? i : extra);
+    *len_p = base + (i < extra ? 1 : 0);
+}
+
+/*
+ * Values a part boundary should be a multiple of: a QSGD bucket or a GradiVeQ
+ * slice is then never split between two payloads (which would cost a partial
+ * bucket or a raw tail in each), and f32 parts start 256-byte aligned.
+ */
+static inline size_t zc_coll_granule(const zc_codec_params_t *p)
+{
+    switch (p->codec) {
+    case ZC_CODEC_QSGD: return p->qsgd.bucket;
+    case ZC_CODEC_GRADIVEQ: return p->gradiveq.slice;
+    default: return 64;
+    }
+}
+
+/*
+ * Part @p i of @p parts over @p count values: as zc_coll_segment, with the
+ * boundaries on multiples of @p granule when there are at least @p parts of them.
+ */
+static inline void zc_coll_split(size_t count, size_t parts, size_t granule, size_t i,
+                                 size_t *off_p, size_t *len_p)
+{
+    size_t units = (count + granule - 1) / granule;
+    if (units < parts) {
+        zc_coll_segment(count, parts, i, off_p, len_p);
+        return;
+    }
+    size_t uoff, ulen;
+    zc_coll_segment(units, parts, i, &uoff, &ulen);
+    *off_p = uoff * granule;
+    *len_p = (count < (uoff + ulen) * granule ? count : (uoff + ulen) * granule) - *off_p;
+}
+
+/*
+ * Chunks per part for pipelining: enough that the longest part's chunks hold
+ * about @p chunk_elems values, at most one granule per chunk of the shortest
+ * part, between 1 and ZC_COLL_MAX_CHUNKS.
+ */
+static inline size_t zc_coll_nchunks(size_t longest, size_t shortest, size_t chunk_elems,
+                                     size_t granule)
+{
+    size_t c = (longest + chunk_elems - 1) / chunk_elems;
+    size_t g = (shortest + granule - 1) / granule;
+    c = c < g ? c : g;
+    c = c > 1 ? c : 1;
+    return c < ZC_COLL_MAX_CHUNKS ? c : ZC_COLL_MAX_CHUNKS;
+}
+
+#endif

@@ -1,0 +1,208 @@
+/*
+ * Communicators: creation from the environment or a caller's bootstrap, the
+ * progress thread, and teardown (statistics, state, transport).
+ */
+#include "collectives/op.h"
+
+#include "common/compiler.h"
+#include "common/log.h"
+#include "transport/bootstrap/tcp.h"
+
+#include <inttypes.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A caller's hooks behind the bootstrap interface. */
+typedef struct hooks_ctx {
+    zc_bootstrap_hooks_t hooks;
+    void *ctx;
+} hooks_ctx_t;
+
+static zc_status_t hooks_allgather(void *ctx, const void *mine, size_t len, void *all)
+{
+    hooks_ctx_t *h = ctx;
+    return h->hooks.allgather(h->ctx, mine, len, all);
+}
+
+static zc_status_t hooks_broadcast(void *ctx, void *buf, size_t len, int root)
+{
+    hooks_ctx_t *h = ctx;
+    return h->hooks.broadcast(h->ctx, buf, len, root);
+}
+
+static zc_status_t hooks_barrier(void *ctx)
+{
+    hooks_ctx_t *h = ctx;
+    return h->hooks.barrier(h->ctx);
+}
+
+static void hooks_destroy(void *ctx)
+{
+    hooks_ctx_t *h = ctx;
+    if (h && h->hooks.destroy)
+        h->hooks.destroy(h->ctx);
+    free(h);
+}
+
+static const zc_bootstrap_ops_t hooks_ops = {
+    .name = "caller",
+    .allgather = hooks_allgather,
+    .broadcast = hooks_broadcast,
+    .barrier = hooks_barrier,
+    .destroy = hooks_destroy,
+};
+
+/* Runs the queue whenever it holds ops; sleeps otherwise. */
+static void *progress_thread(void *arg)
+{
+    zc_comm_t *comm = arg;
+
+    pthread_mutex_lock(&comm->lock);
+    for (;;) {
+        while (!comm->head && !comm->thread_stop)
+            pthread_cond_wait(&comm->cond, &comm->lock);
+        if (!comm->head && comm->thread_stop)
+            break;
+        pthread_mutex_unlock(&comm->lock);
+        if (!zc_comm_progress(comm))
+            sched_yield();
+        pthread_mutex_lock(&comm->lock);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return NULL;
+}
+
+static void comm_free(zc_comm_t *comm)
+{
+    if (comm->thread_on) {
+        pthread_mutex_lock(&comm->lock);
+        comm->thread_stop = 1;
+        pthread_cond_broadcast(&comm->cond);
+        pthread_mutex_unlock(&comm->lock);
+        pthread_join(comm->thread, NULL);
+        comm->thread_on = 0;
+    }
+    pthread_cond_destroy(&comm->cond);
+    pthread_mutex_destroy(&comm->lock);
+    zc_state_store_destroy(comm->store);
+    zc_ucx_comm_destroy(comm->ucx); /* after this UCX touches no buffer of ours */
+    for (size_t i = 0; i < comm->graveyard_len; i++)
+        free(comm->graveyard[i]);
+    free(comm->graveyard);
+    zc_bootstrap_destroy(comm->bs);
+    free(comm);
+}
+
+/* Everything after the bootstrap; takes @p bs (destroyed on failure). */
+static zc_status_t comm_create(const zc_config_t *cfg, zc_bootstrap_t *bs, zc_comm_t **comm_p)
+{
+    zc_status_t status;
+    zc_comm_t *comm = calloc(1, sizeof(*comm));
+
+    if (!comm) {
+        zc_bootstrap_destroy(bs);
+        return ZC_ERR_NO_MEMORY;
+    }
+    comm->cfg = *cfg;
+    comm->bs = bs;
+    comm->rank = bs->rank;
+    comm->size = bs->size;
+    pthread_mutex_init(&comm->lock, NULL);
+    pthread_cond_init(&comm->cond, NULL);
+
+    ZC_CHECK_GOTO(zc_ucx_comm_create(cfg, bs, &comm->ucx), status, fail);
+    ZC_CHECK_GOTO(zc_policy_init(&comm->policy, cfg, bs, comm->ucx), status, fail);
+    ZC_CHECK_GOTO(zc_state_store_create((size_t)cfg->state_max_bytes, &comm->store), status, fail);
+    if (cfg->progress_thread) {
+        if (pthread_create(&comm->thread, NULL, progress_thread, comm) != 0) {
+            ZC_ERROR("zc_comm_init: cannot start the progress thread");
+            status = ZC_ERR_NO_MEMORY;
+            goto fail;
+        }
+        comm->thread_on = 1;
+    }
+    static const char *const algo_cfg[] = {"auto", "ring", "allgather", "scatter"};
+    ZC_INFO("zc_comm_init: rank %d of %d, bootstrap %s, codec %s, algo %s, min bytes %" PRId64 "%s",
+            comm->rank, comm->size, bs->ops->name,
+            cfg->codec == ZC_POLICY_CODEC_AUTO ? "auto" : zc_codec_name((zc_codec_id_t)cfg->codec),
+            algo_cfg[cfg->algo], cfg->min_bytes, cfg->progress_thread ? ", progress thread" : "");
+    *comm_p = comm;
+    return ZC_OK;
+fail:
+    comm_free(comm);
+    return status;
+}
+
+static zc_status_t load_config(zc_config_t *cfg)
+{
+    ZC_CHECK(zc_config_load(NULL, cfg));
+    return zc_config_apply(cfg);
+}
+
+ZC_EXPORT zc_status_t zc_comm_init(zc_comm_t **comm_p)
+{
+    zc_config_t cfg;
+    zc_bootstrap_t *bs;
+
+    if (!comm_p)
+        return ZC_ERR_INVALID_ARG;
+    ZC_CHECK(load_config(&cfg));
+    ZC_CHECK(zc_bootstrap_tcp_create(&cfg, NULL, &bs));
+    return comm_create(&cfg, bs, comm_p);
+}
+
+ZC_EXPORT zc_status_t zc_comm_init_bootstrap(int rank, int size, const zc_bootstrap_hooks_t *hooks,
+                                             void *ctx, zc_comm_t **comm_p)
+{
+    zc_config_t cfg;
+
+    if (!comm_p || !hooks || !hooks->allgather || !hooks->broadcast || !hooks->barrier ||
+        size < 1 || size > ZC_UCX_MAX_RANKS || rank < 0 || rank >= size) {
+        ZC_ERROR("zc_comm_init_bootstrap: invalid arguments (rank %d, size %d, hooks %s)", rank,
+                 size, hooks ? "incomplete" : "NULL");
+        if (hooks && hooks->destroy)
+            hooks->destroy(ctx);
+        return ZC_ERR_INVALID_ARG;
+    }
+    zc_bootstrap_t *bs = calloc(1, sizeof(*bs));
+    hooks_ctx_t *h = calloc(1, sizeof(*h));
+    zc_status_t status = load_config(&cfg);
+    if (!bs || !h || status != ZC_OK) {
+        free(bs);
+        free(h);
+        if (hooks->destroy)
+            hooks->destroy(ctx);
+        return status != ZC_OK ? status : ZC_ERR_NO_MEMORY;
+    }
+    h->hooks = *hooks;
+    h->ctx = ctx;
+    bs->ops = &hooks_ops;
+    bs->ctx = h;
+    bs->rank = rank;
+    bs->size = size;
+    return comm_create(&cfg, bs, comm_p);
+}
+
+ZC_EXPORT void zc_comm_destroy(zc_comm_t *comm)
+{
+    if (!comm)
+        return;
+    /* finish what was started: every rank is doing the same, or the deadline ends it */
+    if (comm->thread_on) {
+        pthread_mutex_lock(&comm->lock);
+        while (comm->head)
+            pthread_cond_wait(&comm->cond, &comm->lock);
+        pthread_mutex_unlock(&comm->lock);
+    } else {
+        while (comm->head)
+            if (!zc_comm_progress(comm))
+                sched_yield();
+    }
+    double residual = zc_state_store_residual_norm(comm->store);
+    if (comm->cfg.stats)
+        zc_stats_print(&comm->stats, residual, comm->rank, comm->size, stderr);
+    if (comm->cfg.stats_file[0])
+        zc_stats_write_json(&comm->stats, residual, comm->rank, comm->size, comm->cfg.stats_file);
+    comm_free(comm);
+}

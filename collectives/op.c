@@ -1,0 +1,503 @@
+/*
+ * The op driver: the call header every rank exchanges before data moves, the
+ * queue of nonblocking calls, progress, deadlines, and the helpers algorithms
+ * share (coll.h).
+ *
+ * Life of an op: zc_op_create (policy decision, per-tensor state) -> queued ->
+ * at the head of the queue: header exchange (every rank sends its header to
+ * every other rank) -> the headers agree: the algorithm's start, then its
+ * progress until it is done -> fini, statistics, completion. Only the head op
+ * runs, so calls complete in the order they were started.
+ */
+#include "collectives/op.h"
+
+#include "codec/codec.h"
+#include "common/compiler.h"
+#include "common/log.h"
+#include "common/half.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PHASE_QUEUED, PHASE_HEADER, PHASE_ALGO, PHASE_DONE };
+
+/* What every rank must agree on before an all-reduce moves data. */
+typedef struct call_header {
+    uint32_t magic;
+    uint32_t dtype;
+    uint64_t seq;
+    uint64_t count;
+    uint32_t op;
+    uint32_t algo;
+    uint32_t codec;
+    uint32_t params_hash; /* FNV-1a of the codec params */
+} call_header_t;
+
+#define HEADER_MAGIC 0x5a43414cu /* "ZCAL" */
+
+/* One sampled call in this many measures the codec's error, when statistics are on. */
+#define ERROR_SAMPLE_PERIOD 16
+
+static const zc_algo_t *const algos[ZC_ALGO_COUNT] = {
+    [ZC_ALGO_RAW] = &zc_algo_ring,
+    [ZC_ALGO_CRING] = &zc_algo_cring,
+    [ZC_ALGO_ALLGATHER] = &zc_algo_allgather,
+    [ZC_ALGO_SCATTER] = &zc_algo_scatter,
+};
+
+static uint32_t fnv1a(uint32_t h, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+/* The fields of the params that matter for @p codec (padding and other codecs' fields left out). */
+static uint32_t params_hash(const zc_codec_params_t *p)
+{
+    uint32_t h = fnv1a(2166136261u, &p->codec, sizeof(p->codec));
+    switch (p->codec) {
+    case ZC_CODEC_QSGD:
+        h = fnv1a(h, &p->qsgd.levels, sizeof(p->qsgd.levels));
+        h = fnv1a(h, &p->qsgd.bucket, sizeof(p->qsgd.bucket));
+        h = fnv1a(h, &p->qsgd.scale, sizeof(p->qsgd.scale));
+        h = fnv1a(h, &p->qsgd.coding, sizeof(p->qsgd.coding));
+        break;
+    case ZC_CODEC_TOPK:
+        h = fnv1a(h, &p->topk.density, sizeof(p->topk.density));
+        h = fnv1a(h, &p->topk.values, sizeof(p->topk.values));
+        break;
+    case ZC_CODEC_GRADIVEQ:
+        h = fnv1a(h, &p->gradiveq.slice, sizeof(p->gradiveq.slice));
+        h = fnv1a(h, &p->gradiveq.dim, sizeof(p->gradiveq.dim));
+        h = fnv1a(h, &p->gradiveq.energy, sizeof(p->gradiveq.energy));
+        h = fnv1a(h, &p->gradiveq.ranks, sizeof(p->gradiveq.ranks));
+        h = fnv1a(h, &p->gradiveq.samples, sizeof(p->gradiveq.samples));
+        h = fnv1a(h, &p->gradiveq.refresh, sizeof(p->gradiveq.refresh));
+        break;
+    default: break;
+    }
+    return h;
+}
+
+static uint64_t default_key(const void *sendbuf, size_t count)
+{
+    uint64_t k = (uint64_t)(uintptr_t)sendbuf * UINT64_C(0x9e3779b97f4a7c15) ^ count;
+    return k ? k : 1;
+}
+
+static void describe(const zc_coll_op_t *op, char *buf, size_t len)
+{
+    snprintf(buf, len, "allreduce #%" PRIu64 " (%zu x %s %s, %s %s)", op->seq, op->count,
+             zc_dtype_name(op->dtype), zc_redop_name(op->op), zc_algo_name(op->path.algo),
+             zc_codec_name(op->path.params.codec));
+}
+
+zc_status_t zc_op_create(zc_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                         zc_dtype_t dtype, zc_redop_t redop, uint64_t key, zc_coll_op_t **op_p)
+{
+    zc_coll_op_t *op = calloc(1, sizeof(*op));
+    if (!op)
+        return ZC_ERR_NO_MEMORY;
+    op->comm = comm;
+    op->sendbuf = sendbuf;
+    op->recvbuf = recvbuf;
+    op->count = count;
+    op->dtype = dtype;
+    op->op = redop;
+    op->key = key ? key : default_key(sendbuf, count);
+    op->status = ZC_INPROGRESS;
+    op->phase = PHASE_QUEUED;
+    op->path = zc_policy_choose(&comm->policy, count, dtype, redop);
+    op->algo = algos[op->path.algo];
+    op->rng.seed = (uint64_t)comm->cfg.seed;
+    op->rng.rank = (uint32_t)comm->rank;
+    *op_p = op;
+    return ZC_OK;
+}
+
+void zc_op_free(zc_coll_op_t *op)
+{
+    if (!op)
+        return;
+    free(op->hdr_reqs);
+    free(op->hdr_buf);
+    free(op);
+}
+
+/* Fetches the per-tensor state and seeds the rng counter; the op's sequence number is final. */
+static zc_status_t op_prepare(zc_coll_op_t *op)
+{
+    zc_comm_t *comm = op->comm;
+
+    op->rng.counter = (uint32_t)op->seq;
+    if (op->path.algo != ZC_ALGO_RAW && zc_codec_needs_state(&op->path.params)) {
+        ZC_CHECK(zc_state_get(comm->store, op->key, op->count, op->dtype, &op->path.params,
+                              &op->tstate));
+        op->rng.counter = op->tstate->calls;
+    }
+    int stats_on = comm->cfg.stats || comm->cfg.stats_file[0];
+    op->stats.sample_err =
+        stats_on && op->path.algo != ZC_ALGO_RAW && op->seq % ERROR_SAMPLE_PERIOD == 0;
+    return ZC_OK;
+}
+
+static void push_deadline(zc_coll_op_t *op, uint64_t now)
+{
+    op->deadline_ns = now + (uint64_t)op->comm->cfg.timeout_s * 1000000000ull;
+}
+
+static zc_status_t header_start(zc_coll_op_t *op)
+{
+    zc_comm_t *comm = op->comm;
+    size_t peers = (size_t)comm->size - 1;
+    call_header_t mine = {
+        .magic = HEADER_MAGIC,
+        .dtype = (uint32_t)op->dtype,
+        .seq = op->seq,
+        .count = op->count,
+        .op = (uint32_t)op->op,
+        .algo = (uint32_t)op->path.algo,
+        .codec = (uint32_t)op->path.params.codec,
+        .params_hash = params_hash(&op->path.params),
+    };
+
+    op->hdr_buf = calloc(peers + 1, sizeof(call_header_t));
+    op->hdr_reqs = calloc(2 * peers + 1, sizeof(zc_ucx_req_t));
+    if (!op->hdr_buf || !op->hdr_reqs)
+        return ZC_ERR_NO_MEMORY;
+    call_header_t *h = op->hdr_buf;
+    h[0] = mine;
+    uint64_t tag = zc_coll_tag(op, ZC_COLL_HEADER_STEP, 0);
+    for (size_t i = 0; i < peers; i++) {
+        int peer = (comm->rank + 1 + (int)i) % comm->size;
+        ZC_CHECK(zc_ucx_irecv(comm->ucx, peer, tag, &h[1 + i], sizeof(*h), &op->hdr_reqs[i]));
+    }
+    for (size_t i = 0; i < peers; i++) {
+        int peer = (comm->rank + 1 + (int)i) % comm->size;
+        ZC_CHECK(zc_ucx_isend(comm->ucx, peer, tag, &h[0], sizeof(*h), &op->hdr_reqs[peers + i]));
+        op->stats.bytes_wire += sizeof(*h);
+    }
+    return ZC_OK;
+}
+
+/* Compares every received header with ours; logs the first difference with both values. */
+static zc_status_t header_check(zc_coll_op_t *op)
+{
+    zc_comm_t *comm = op->comm;
+    const call_header_t *h = op->hdr_buf;
+    char what[160];
+
+    for (int i = 0; i + 1 < comm->size; i++) {
+        const call_header_t *o = &h[1 + i];
+        int peer = (comm->rank + 1 + i) % comm->size;
+        const char *field = NULL;
+        char mine[64], theirs[64];
+
+        if (op->hdr_reqs[i].length != sizeof(*o) || o->magic != HEADER_MAGIC) {
+            field = "call header";
+            snprintf(mine, sizeof(mine), "a valid header");
+            snprintf(theirs, sizeof(theirs), "%zu bytes of something else", op->hdr_reqs[i].length);
+        } else if (o->count != h->count) {
+            field = "count";
+            snprintf(mine, sizeof(mine), "%" PRIu64, h->count);
+            snprintf(theirs, sizeof(theirs), "%" PRIu64, o->count);
+        } else if (o->dtype != h->dtype) {
+            field = "datatype";
+            snprintf(mine, sizeof(mine), "%s", zc_dtype_name((zc_dtype_t)h->dtype));
+            snprintf(theirs, sizeof(theirs), "%s", zc_dtype_name((zc_dtype_t)o->dtype));
+        } else if (o->op != h->op) {
+            field = "operation";
+            snprintf(mine, sizeof(mine), "%s", zc_redop_name((zc_redop_t)h->op));
+            snprintf(theirs, sizeof(theirs), "%s", zc_redop_name((zc_redop_t)o->op));
+        } else if (o->algo != h->algo || o->codec != h->codec || o->params_hash != h->params_hash) {
+            field = "path (ZIPCCL_CODEC, ZIPCCL_ALGO, codec parameters or measurements differ)";
+            snprintf(mine, sizeof(mine), "%s %s %08x", zc_algo_name((zc_algo_id_t)h->algo),
+                     zc_codec_name((zc_codec_id_t)h->codec), h->params_hash);
+            snprintf(theirs, sizeof(theirs), "%s %s %08x",
+                     o->algo < ZC_ALGO_COUNT ? zc_algo_name((zc_algo_id_t)o->algo) : "?",
+                     o->codec < ZC_CODEC_COUNT ? zc_codec_name((zc_codec_id_t)o->codec) : "?",
+                     o->params_hash);
+        } else if (o->seq != h->seq) {
+            field = "call number";
+            snprintf(mine, sizeof(mine), "%" PRIu64, h->seq);
+            snprintf(theirs, sizeof(theirs), "%" PRIu64, o->seq);
+        }
+        if (field) {
+            describe(op, what, sizeof(what));
+            ZC_ERROR("%s: ranks disagree on the %s: rank %d has %s, rank %d has %s", what, field,
+                     comm->rank, mine, peer, theirs);
+            return ZC_ERR_MISMATCH;
+        }
+    }
+    return ZC_OK;
+}
+
+zc_status_t zc_coll_test(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n, const char *what)
+{
+    size_t pending = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (reqs[i].status == ZC_INPROGRESS)
+            pending++;
+        else if (reqs[i].status < 0)
+            return reqs[i].status; /* the transport logged it, naming the peer */
+    }
+    if (pending == 0)
+        return ZC_OK;
+    uint64_t now = zc_time_ns();
+    if (now <= op->deadline_ns)
+        return ZC_INPROGRESS;
+
+    char desc[160], peers[128];
+    size_t used = 0;
+    peers[0] = '\0';
+    for (size_t i = 0; i < n && used + 24 < sizeof(peers); i++) {
+        if (reqs[i].status != ZC_INPROGRESS)
+            continue;
+        int w = snprintf(peers + used, sizeof(peers) - used, "%s%s %d", used ? ", " : "",
+                         reqs[i].is_recv ? "from" : "to", reqs[i].peer);
+        used += (size_t)w;
+    }
+    describe(op, desc, sizeof(desc));
+    ZC_ERROR("%s: timed out after %" PRId64 " s (ZIPCCL_TIMEOUT_S) in %s; waiting for %zu "
+             "transfer(s): %s",
+             desc, op->comm->cfg.timeout_s, what ? what : "?", pending, peers);
+    return ZC_ERR_TIMEOUT;
+}
+
+void zc_coll_abandon(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        zc_ucx_abandon(op->comm->ucx, &reqs[i], op->status < 0 ? op->status : ZC_ERR_INTERNAL);
+}
+
+void zc_coll_defer_free(zc_coll_op_t *op, void *ptr)
+{
+    zc_comm_t *comm = op->comm;
+
+    if (!ptr)
+        return;
+    if (op->status >= 0) {
+        free(ptr);
+        return;
+    }
+    if (comm->graveyard_len == comm->graveyard_cap) {
+        size_t cap = comm->graveyard_cap ? 2 * comm->graveyard_cap : 16;
+        void **g = realloc(comm->graveyard, cap * sizeof(*g));
+        if (!g) {
+            /* leaking is safe; freeing a buffer UCX may still write is not */
+            ZC_LOG_ONCE(ZC_LOG_WARN, "collectives: out of memory: leaking a transfer buffer");
+            return;
+        }
+        comm->graveyard = g;
+        comm->graveyard_cap = cap;
+    }
+    comm->graveyard[comm->graveyard_len++] = ptr;
+}
+
+void zc_coll_store_result(zc_coll_op_t *op, float *acc, size_t count, size_t offset)
+{
+    float n = (float)op->comm->size;
+    int avg = op->op == ZC_OP_AVG;
+
+    switch (op->dtype) {
+    case ZC_DTYPE_F32: {
+        float *out = (float *)op->recvbuf + offset;
+        for (size_t i = 0; i < count; i++)
+            out[i] = avg ? acc[i] / n : acc[i];
+        break;
+    }
+    case ZC_DTYPE_F16: {
+        uint16_t *out = (uint16_t *)op->recvbuf + offset;
+        for (size_t i = 0; i < count; i++)
+            out[i] = zc_f32_to_f16(avg ? acc[i] / n : acc[i]);
+        break;
+    }
+    case ZC_DTYPE_BF16: {
+        uint16_t *out = (uint16_t *)op->recvbuf + offset;
+        for (size_t i = 0; i < count; i++)
+            out[i] = zc_f32_to_bf16(avg ? acc[i] / n : acc[i]);
+        break;
+    }
+    default: break; /* compressed paths carry floating types only */
+    }
+}
+
+void zc_coll_measure_error(zc_coll_op_t *op, zc_codec_state_t *cs, const void *payload, size_t len,
+                           const void *src, size_t count)
+{
+    if (!op->stats.sample_err || count == 0)
+        return;
+    float *x = malloc(count * sizeof(float));
+    float *y = calloc(count, sizeof(float));
+    if (x && y && zc_codec_decode_add(cs, payload, len, y, count) == ZC_OK) {
+        zc_dtype_to_f32(op->dtype, src, count, x);
+        double e2 = 0, n2 = 0;
+        for (size_t i = 0; i < count; i++) {
+            double d = (double)y[i] - x[i];
+            e2 += d * d;
+            n2 += (double)x[i] * x[i];
+        }
+        op->stats.err2 += e2;
+        op->stats.norm2 += n2;
+    }
+    free(x);
+    free(y);
+}
+
+/* Ends @p op with @p status: the algorithm lets go, statistics are recorded. */
+static void op_finish(zc_coll_op_t *op, zc_status_t status)
+{
+    zc_comm_t *comm = op->comm;
+
+    op->status = status;
+    if (op->hdr_reqs && status < 0)
+        zc_coll_abandon(op, op->hdr_reqs, 2 * ((size_t)comm->size - 1));
+    if (op->hdr_buf && status < 0) {
+        zc_coll_defer_free(op, op->hdr_buf); /* UCX may still write into it */
+        op->hdr_buf = NULL;
+    }
+    if (op->phase == PHASE_ALGO)
+        op->algo->fini(op);
+    op->phase = PHASE_DONE;
+    if (status == ZC_ERR_PEER || status == ZC_ERR_TIMEOUT)
+        comm->broken = status;
+    if (status == ZC_OK) {
+        if (op->tstate)
+            op->tstate->calls++;
+        size_t bytes = op->count * zc_dtype_bytes(op->dtype);
+        uint64_t raw = comm->size > 1 ? 2 * (uint64_t)(comm->size - 1) * bytes / comm->size : 0;
+        zc_stats_record(&comm->stats, op->path.algo, op->path.params.codec, bytes, raw, &op->stats,
+                        zc_time_ns() - op->start_ns);
+    }
+}
+
+/* Moves the head op as far as it goes without blocking; returns its status. */
+static zc_status_t op_advance(zc_coll_op_t *op)
+{
+    zc_comm_t *comm = op->comm;
+    zc_status_t status;
+    uint64_t now = zc_time_ns();
+
+    /* time the caller spent away from zc_test does not count against the peers */
+    if (op->last_poll_ns && now - op->last_poll_ns > 1000000000ull)
+        op->deadline_ns += now - op->last_poll_ns;
+    op->last_poll_ns = now;
+
+    switch (op->phase) {
+    case PHASE_QUEUED:
+        op->start_ns = now;
+        push_deadline(op, now);
+        if (comm->broken) {
+            char desc[160];
+            describe(op, desc, sizeof(desc));
+            ZC_LOG_ONCE(ZC_LOG_ERROR,
+                        "%s: the communicator failed earlier (%s); destroy and recreate it", desc,
+                        zc_status_string(comm->broken));
+            op_finish(op, comm->broken);
+            return op->status;
+        }
+        ZC_CHECK_GOTO(op_prepare(op), status, fail);
+        op->phase = PHASE_HEADER;
+        ZC_CHECK_GOTO(header_start(op), status, fail);
+        /* fall through */
+    case PHASE_HEADER:
+        status =
+            zc_coll_test(op, op->hdr_reqs, 2 * ((size_t)comm->size - 1), "call header exchange");
+        if (status == ZC_INPROGRESS)
+            return status;
+        if (status < 0)
+            goto fail;
+        ZC_CHECK_GOTO(header_check(op), status, fail);
+        op->phase = PHASE_ALGO;
+        ZC_CHECK_GOTO(op->algo->start(op), status, fail);
+        /* fall through */
+    case PHASE_ALGO:
+        status = op->algo->progress(op);
+        if (status == ZC_INPROGRESS)
+            return status;
+        if (status < 0)
+            goto fail;
+        op_finish(op, ZC_OK);
+        return ZC_OK;
+    default: return op->status;
+    }
+fail:
+    op_finish(op, status);
+    return status;
+}
+
+static void lock(zc_comm_t *comm)
+{
+    if (comm->thread_on)
+        pthread_mutex_lock(&comm->lock);
+}
+
+static void unlock(zc_comm_t *comm)
+{
+    if (comm->thread_on)
+        pthread_mutex_unlock(&comm->lock);
+}
+
+static zc_coll_op_t *queue_head(zc_comm_t *comm)
+{
+    lock(comm);
+    zc_coll_op_t *op = comm->head;
+    unlock(comm);
+    return op;
+}
+
+void zc_op_enqueue(zc_comm_t *comm, zc_coll_op_t *op)
+{
+    lock(comm);
+    op->seq = comm->seq++;
+    if (comm->tail)
+        comm->tail->next = op;
+    else
+        comm->head = op;
+    comm->tail = op;
+    if (comm->thread_on)
+        pthread_cond_broadcast(&comm->cond);
+    unlock(comm);
+}
+
+int zc_op_done(zc_coll_op_t *op)
+{
+    lock(op->comm);
+    int done = op->done;
+    unlock(op->comm);
+    return done;
+}
+
+int zc_comm_progress(zc_comm_t *comm)
+{
+    int activity = 0;
+    zc_coll_op_t *op = queue_head(comm);
+
+    if (!op)
+        return 0;
+    unsigned events = zc_ucx_progress(comm->ucx);
+    if (events && op->phase != PHASE_QUEUED)
+        push_deadline(op, zc_time_ns());
+    activity += (int)events;
+    for (; op; op = queue_head(comm)) {
+        if (op_advance(op) == ZC_INPROGRESS)
+            break;
+        /* done: dequeue, and start the next one in the same round */
+        lock(comm);
+        comm->head = op->next;
+        if (!comm->head)
+            comm->tail = NULL;
+        op->next = NULL;
+        op->done = 1;
+        if (comm->thread_on)
+            pthread_cond_broadcast(&comm->cond);
+        unlock(comm);
+        activity++;
+    }
+    return activity;
+}

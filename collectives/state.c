@@ -1,0 +1,251 @@
+/*
+ * The per-tensor state store: a hash table of tensor states with an LRU list,
+ * bounded in bytes (ZIPCCL_STATE_MAX_BYTES).
+ */
+#include "collectives/state.h"
+
+#include "codec/codec.h"
+#include "common/log.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BUCKETS 1024 /* a power of two */
+
+struct zc_state_store {
+    size_t max_bytes;
+    size_t bytes;
+    size_t tensors;
+    zc_tensor_state_t *buckets[BUCKETS];
+    zc_tensor_state_t *mru, *lru; /* most and least recently used */
+};
+
+static size_t bucket_of(uint64_t key)
+{
+    key ^= key >> 33;
+    key *= UINT64_C(0xff51afd7ed558ccd);
+    key ^= key >> 33;
+    return (size_t)(key & (BUCKETS - 1));
+}
+
+/* What one codec state holds: its residual and, for GradiVeQ, basis and sampling buffers. */
+static size_t codec_state_bytes(const zc_codec_state_t *cs, size_t count)
+{
+    size_t bytes = sizeof(*cs) + (cs->residual ? count * sizeof(float) : 0);
+    if (cs->params.codec == ZC_CODEC_GRADIVEQ) {
+        size_t k = cs->params.gradiveq.slice;
+        /* covariance (double), eigenvectors, basis and lifted basis */
+        bytes += k * k * (2 * sizeof(double) + 2 * sizeof(float));
+    }
+    return bytes;
+}
+
+/* Field by field: the structs may differ in padding, and fields of other codecs do not matter. */
+static int params_equal(const zc_codec_params_t *a, const zc_codec_params_t *b)
+{
+    if (a->codec != b->codec)
+        return 0;
+    switch (a->codec) {
+    case ZC_CODEC_QSGD:
+        return a->qsgd.levels == b->qsgd.levels && a->qsgd.bucket == b->qsgd.bucket &&
+               a->qsgd.scale == b->qsgd.scale && a->qsgd.coding == b->qsgd.coding &&
+               a->qsgd.error_feedback == b->qsgd.error_feedback;
+    case ZC_CODEC_TOPK:
+        return a->topk.density == b->topk.density && a->topk.values == b->topk.values;
+    case ZC_CODEC_GRADIVEQ:
+        return a->gradiveq.slice == b->gradiveq.slice && a->gradiveq.dim == b->gradiveq.dim &&
+               a->gradiveq.energy == b->gradiveq.energy && a->gradiveq.ranks == b->gradiveq.ranks &&
+               a->gradiveq.samples == b->gradiveq.samples &&
+               a->gradiveq.refresh == b->gradiveq.refresh &&
+               a->gradiveq.error_feedback == b->gradiveq.error_feedback;
+    default: return 1;
+    }
+}
+
+zc_status_t zc_state_store_create(size_t max_bytes, zc_state_store_t **store_p)
+{
+    zc_state_store_t *store = calloc(1, sizeof(*store));
+    if (!store)
+        return ZC_ERR_NO_MEMORY;
+    store->max_bytes = max_bytes;
+    *store_p = store;
+    return ZC_OK;
+}
+
+static void lru_unlink(zc_state_store_t *store, zc_tensor_state_t *ts)
+{
+    if (ts->lru_prev)
+        ts->lru_prev->lru_next = ts->lru_next;
+    else
+        store->mru = ts->lru_next;
+    if (ts->lru_next)
+        ts->lru_next->lru_prev = ts->lru_prev;
+    else
+        store->lru = ts->lru_prev;
+    ts->lru_prev = ts->lru_next = NULL;
+}
+
+static void lru_push_front(zc_state_store_t *store, zc_tensor_state_t *ts)
+{
+    ts->lru_next = store->mru;
+    ts->lru_prev = NULL;
+    if (store->mru)
+        store->mru->lru_prev = ts;
+    store->mru = ts;
+    if (!store->lru)
+        store->lru = ts;
+}
+
+static void slots_clear(zc_state_store_t *store, zc_tensor_state_t *ts)
+{
+    for (size_t i = 0; i < ts->nslots; i++)
+        zc_codec_state_destroy(ts->slots[i]);
+    free(ts->slots);
+    free(ts->slot_counts);
+    ts->slots = NULL;
+    ts->slot_counts = NULL;
+    ts->nslots = 0;
+    store->bytes -= ts->bytes;
+    ts->bytes = 0;
+}
+
+static void tensor_drop(zc_state_store_t *store, zc_tensor_state_t *ts)
+{
+    zc_tensor_state_t **pp = &store->buckets[bucket_of(ts->key)];
+    while (*pp != ts)
+        pp = &(*pp)->hash_next;
+    *pp = ts->hash_next;
+    lru_unlink(store, ts);
+    slots_clear(store, ts);
+    store->tensors--;
+    free(ts);
+}
+
+void zc_state_store_destroy(zc_state_store_t *store)
+{
+    if (!store)
+        return;
+    while (store->lru)
+        tensor_drop(store, store->lru);
+    free(store);
+}
+
+zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc_dtype_t dtype,
+                         const zc_codec_params_t *params, zc_tensor_state_t **ts_p)
+{
+    zc_tensor_state_t *ts = store->buckets[bucket_of(key)];
+
+    while (ts && ts->key != key)
+        ts = ts->hash_next;
+    if (ts && (ts->count != count || ts->dtype != dtype || !params_equal(&ts->params, params))) {
+        ZC_DEBUG("state: tensor %016" PRIx64 " changed (count %zu -> %zu): state reset", key,
+                 ts->count, count);
+        tensor_drop(store, ts);
+        ts = NULL;
+    }
+    if (!ts) {
+        ts = calloc(1, sizeof(*ts));
+        if (!ts)
+            return ZC_ERR_NO_MEMORY;
+        ts->key = key;
+        ts->count = count;
+        ts->dtype = dtype;
+        ts->params = *params;
+        size_t b = bucket_of(key);
+        ts->hash_next = store->buckets[b];
+        store->buckets[b] = ts;
+        store->tensors++;
+    } else {
+        lru_unlink(store, ts);
+    }
+    lru_push_front(store, ts);
+    *ts_p = ts;
+    return ZC_OK;
+}
+
+/* Drops least recently used tensors other than @p keep until @p need more bytes fit. */
+static void make_room(zc_state_store_t *store, const zc_tensor_state_t *keep, size_t need)
+{
+    while (store->bytes + need > store->max_bytes) {
+        zc_tensor_state_t *victim = store->lru;
+        while (victim == keep)
+            victim = victim->lru_prev;
+        if (!victim) {
+            ZC_LOG_ONCE(ZC_LOG_WARN,
+                        "state: one tensor needs %zu bytes of codec state, more than "
+                        "ZIPCCL_STATE_MAX_BYTES=%zu; keeping it anyway",
+                        store->bytes + need, store->max_bytes);
+            return;
+        }
+        ZC_INFO("state: dropping the state of tensor %016" PRIx64
+                " (least recently used, %zu bytes) to stay under ZIPCCL_STATE_MAX_BYTES",
+                victim->key, victim->bytes);
+        tensor_drop(store, victim);
+    }
+}
+
+zc_status_t zc_state_slot(zc_state_store_t *store, zc_tensor_state_t *ts, size_t slot,
+                          const zc_codec_params_t *params, size_t count, zc_codec_state_t **state_p)
+{
+    if (slot >= ts->nslots) {
+        size_t n = slot + 1;
+        zc_codec_state_t **s = realloc(ts->slots, n * sizeof(*s));
+        if (!s)
+            return ZC_ERR_NO_MEMORY;
+        ts->slots = s;
+        size_t *c = realloc(ts->slot_counts, n * sizeof(*c));
+        if (!c)
+            return ZC_ERR_NO_MEMORY;
+        ts->slot_counts = c;
+        for (size_t i = ts->nslots; i < n; i++) {
+            ts->slots[i] = NULL;
+            ts->slot_counts[i] = 0;
+        }
+        ts->nslots = n;
+    }
+    zc_codec_state_t *cs = ts->slots[slot];
+    if (cs && (ts->slot_counts[slot] != count || !params_equal(&cs->params, params))) {
+        size_t old = codec_state_bytes(cs, ts->slot_counts[slot]);
+        ts->bytes -= old;
+        store->bytes -= old;
+        zc_codec_state_destroy(cs);
+        ts->slots[slot] = cs = NULL;
+    }
+    if (!cs) {
+        ZC_CHECK(zc_codec_state_create(params, count, &cs));
+        size_t bytes = codec_state_bytes(cs, count);
+        make_room(store, ts, bytes);
+        ts->slots[slot] = cs;
+        ts->slot_counts[slot] = count;
+        ts->bytes += bytes;
+        store->bytes += bytes;
+    }
+    *state_p = cs;
+    return ZC_OK;
+}
+
+size_t zc_state_store_bytes(const zc_state_store_t *store)
+{
+    return store ? store->bytes : 0;
+}
+
+size_t zc_state_store_tensors(const zc_state_store_t *store)
+{
+    return store ? store->tensors : 0;
+}
+
+double zc_state_store_residual_norm(const zc_state_store_t *store)
+{
+    double sum = 0;
+    if (!store)
+        return 0;
+    for (const zc_tensor_state_t *ts = store->mru; ts; ts = ts->lru_next)
+        for (size_t i = 0; i < ts->nslots; i++)
+            if (ts->slots[i]) {
+                double r = zc_codec_state_residual_norm(ts->slots[i]);
+                sum += r * r;
+            }
+    return sqrt(sum);
+}

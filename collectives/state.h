@@ -1,0 +1,66 @@
+/*
+ * Per-tensor state: the codec state of each tensor (error-feedback residual,
+ * GradiVeQ basis) and its call counter, keyed by the caller's tensor key.
+ * Bounded by ZIPCCL_STATE_MAX_BYTES: the least recently used tensor's state is
+ * dropped when a new one would not fit (and logged at info). A tensor's state
+ * is reset when its count, dtype or codec parameters change.
+ */
+#ifndef ZC_COLLECTIVES_STATE_H
+#define ZC_COLLECTIVES_STATE_H
+
+#include <zipccl/zipccl.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct zc_state_store zc_state_store_t;
+
+/*
+ * One tensor's state. An algorithm encodes a tensor as one or more parts
+ * (segments of a ring, shards of a scatter, chunks of a pipeline), each with a
+ * codec state of its own in a numbered slot; the slots an algorithm uses are
+ * its business, and they are the same on every call with the same path.
+ */
+typedef struct zc_tensor_state {
+    uint64_t key;
+    size_t count;
+    zc_dtype_t dtype;
+    zc_codec_params_t params;
+    uint32_t calls; /* calls completed with this state: the rng counter */
+    size_t bytes;   /* what the store charges for it (the parts' states) */
+
+    /* store's */
+    size_t nslots;
+    zc_codec_state_t **slots;
+    size_t *slot_counts;
+    struct zc_tensor_state *lru_prev, *lru_next, *hash_next;
+} zc_tensor_state_t;
+
+zc_status_t zc_state_store_create(size_t max_bytes, zc_state_store_t **store_p);
+void zc_state_store_destroy(zc_state_store_t *store);
+
+/*
+ * The state of tensor @p key for a call with @p count values of @p dtype
+ * encoded with @p params: the existing one when all three match, else a fresh
+ * one (the old dropped). Marks it most recently used. Errors: ZC_ERR_NO_MEMORY.
+ */
+zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc_dtype_t dtype,
+                         const zc_codec_params_t *params, zc_tensor_state_t **ts_p);
+
+/*
+ * The codec state in @p slot of @p ts for a part of @p count values encoded
+ * with @p params (zc_codec_needs_state must hold), created on first use or when
+ * the count or params changed; evicts least recently used other tensors to
+ * keep the store under its bound (one tensor larger than the bound is still
+ * served, with a warning). Errors: ZC_ERR_NO_MEMORY, ZC_ERR_INVALID_CONFIG.
+ */
+zc_status_t zc_state_slot(zc_state_store_t *store, zc_tensor_state_t *ts, size_t slot,
+                          const zc_codec_params_t *params, size_t count,
+                          zc_codec_state_t **state_p);
+
+/* Bytes held, tensors held, and the L2 norm over every residual. */
+size_t zc_state_store_bytes(const zc_state_store_t *store);
+size_t zc_state_store_tensors(const zc_state_store_t *store);
+double zc_state_store_residual_norm(const zc_state_store_t *store);
+
+#endif

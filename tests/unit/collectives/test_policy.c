@@ -1,0 +1,797 @@
+/*
+ * The policy: eligibility, fixed paths and their fallback, the cost model and
+ * the auto decisions on hand-built inputs (suite policy), and zc_policy_init
+ * over real UCX communicators, ranks as threads (suite policy_init): nothing
+ * measured without auto, identical inputs on every rank with it.
+ */
+#include "collectives/policy.h"
+#include "common/compiler.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "tests/unit/ucx/membs.h"
+
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- log capture, shared by the rank threads ---- */
+
+#define MAX_CAPTURED 64
+
+static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
+static int cap_count;
+static zc_log_level_t cap_level[MAX_CAPTURED];
+static char cap_msg[MAX_CAPTURED][1024];
+
+static void capture_sink(void *arg, zc_log_level_t level, const char *file, int line,
+                         const char *msg)
+{
+    pthread_mutex_lock(&cap_lock);
+    if (cap_count < MAX_CAPTURED) {
+        cap_level[cap_count] = level;
+        snprintf(cap_msg[cap_count], sizeof(cap_msg[0]), "%s", msg);
+    }
+    cap_count++;
+    pthread_mutex_unlock(&cap_lock);
+}
+
+/* Messages at @p level containing @p needle. */
+static int captured(zc_log_level_t level, const char *needle)
+{
+    int n = 0;
+    for (int i = 0; i < cap_count && i < MAX_CAPTURED; i++)
+        n += cap_level[i] == level && strstr(cap_msg[i], needle) != NULL;
+    return n;
+}
+
+static const char *captured_msg(zc_log_level_t level, const char *needle)
+{
+    for (int i = 0; i < cap_count && i < MAX_CAPTURED; i++)
+        if (cap_level[i] == level && strstr(cap_msg[i], needle))
+            return cap_msg[i];
+    return NULL;
+}
+
+static void setup(void)
+{
+    cap_count = 0;
+    zc_log_set_level(ZC_LOG_INFO);
+    zc_log_set_sink(capture_sink, NULL);
+}
+
+static void teardown(void)
+{
+    zc_log_set_sink(NULL, NULL);
+}
+
+TestSuite(policy, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(policy_init, .init = setup, .fini = teardown, .timeout = 60);
+
+/* ---- hand-built policies ---- */
+
+#define ALGO_CFG_RING 1
+#define ALGO_CFG_ALLGATHER 2
+#define ALGO_CFG_SCATTER 3
+
+static const zc_dtype_t float_types[] = {ZC_DTYPE_F32, ZC_DTYPE_F16, ZC_DTYPE_BF16};
+
+/*
+ * A policy as init would build it from defaults, with inputs given by hand:
+ * @p link_bw and @p link_lat, and codec speeds of the order codec_bench
+ * reports on one core (qsgd encodes slower than it decodes, top-k slower
+ * still). The ratios are those of the default parameters.
+ */
+static zc_policy_t make_policy(int nranks, int codec_cfg, int algo_cfg, size_t min_bytes,
+                               double link_bw, double link_lat)
+{
+    zc_policy_t pol;
+    memset(&pol, 0, sizeof(pol));
+    pol.nranks = nranks;
+    pol.codec_cfg = codec_cfg;
+    pol.algo_cfg = algo_cfg;
+    pol.min_bytes = min_bytes;
+    for (int c = 0; c < ZC_CODEC_COUNT; c++)
+        cr_assert_eq(zc_codec_params_default((zc_codec_id_t)c, &pol.params[c]), ZC_OK);
+    pol.params[ZC_CODEC_GRADIVEQ].gradiveq.ranks = (uint32_t)nranks;
+
+    zc_policy_inputs_t *in = &pol.in;
+    in->link_bw = link_bw;
+    in->link_lat = link_lat;
+    in->add_bw = 14e9;
+    const double enc[] = {30e9, 5e9, 50e9, 30e9, 2.5e9, 10e9};
+    const double dec[] = {28e9, 29e9, 54e9, 54e9, 75e9, 14e9};
+    const double red[] = {14e9, 0, 17e9, 11e9, 0, 13e9}; /* payload bytes/s */
+    const double ratio[] = {1.0, 4.0625 / 32, 0.5, 0.5, 0.4 / 32, 8.0 / 64};
+    for (int c = 0; c < ZC_CODEC_COUNT; c++) {
+        in->enc_bw[c] = enc[c];
+        in->dec_bw[c] = dec[c];
+        in->reduce_bw[c] = red[c] > 0 ? red[c] : 1e9;
+        in->ratio[c] = ratio[c];
+    }
+    return pol;
+}
+
+/* 200 GB/s with 1 us steps (NVLink class): no codec here encodes fast enough to beat it. */
+static zc_policy_t fast_link(int nranks, int codec_cfg, int algo_cfg)
+{
+    return make_policy(nranks, codec_cfg, algo_cfg, 64 << 10, 200e9, 1e-6);
+}
+
+/* 1 Gb/s with 50 us steps. */
+static zc_policy_t slow_link(int nranks, int codec_cfg, int algo_cfg)
+{
+    return make_policy(nranks, codec_cfg, algo_cfg, 64 << 10, 0.125e9, 50e-6);
+}
+
+static void assert_raw(zc_path_t p, const char *what)
+{
+    cr_assert_eq(p.algo, ZC_ALGO_RAW, "%s: algo %s, expected raw", what, zc_algo_name(p.algo));
+    cr_assert_eq(p.params.codec, ZC_CODEC_NONE, "%s: codec %s, expected none", what,
+                 zc_codec_name(p.params.codec));
+}
+
+/* ---- support and names ---- */
+
+Test(policy, supports_table)
+{
+    for (int c = 0; c < ZC_CODEC_COUNT; c++) {
+        zc_codec_id_t codec = (zc_codec_id_t)c;
+        int linear = (zc_codec_caps(codec) & ZC_CODEC_CAP_LINEAR) != 0;
+        cr_assert_eq(zc_policy_supports(ZC_ALGO_RAW, codec), codec == ZC_CODEC_NONE, "raw/%s",
+                     zc_codec_name(codec));
+        cr_assert_eq(zc_policy_supports(ZC_ALGO_CRING, codec), linear, "ring/%s",
+                     zc_codec_name(codec));
+        cr_assert_eq(zc_policy_supports(ZC_ALGO_ALLGATHER, codec), 1);
+        cr_assert_eq(zc_policy_supports(ZC_ALGO_SCATTER, codec), 1);
+    }
+    /* the codecs' own caps: qsgd and top-k payloads do not add, fp16/bf16/gradiveq do */
+    cr_assert_not(zc_policy_supports(ZC_ALGO_CRING, ZC_CODEC_QSGD));
+    cr_assert_not(zc_policy_supports(ZC_ALGO_CRING, ZC_CODEC_TOPK));
+    cr_assert(zc_policy_supports(ZC_ALGO_CRING, ZC_CODEC_BF16));
+    cr_assert(zc_policy_supports(ZC_ALGO_CRING, ZC_CODEC_GRADIVEQ));
+    cr_assert_not(zc_policy_supports(ZC_ALGO_COUNT, ZC_CODEC_NONE));
+    cr_assert_not(zc_policy_supports(ZC_ALGO_ALLGATHER, ZC_CODEC_COUNT));
+}
+
+Test(policy, algo_names)
+{
+    cr_assert_str_eq(zc_algo_name(ZC_ALGO_RAW), "raw");
+    cr_assert_str_eq(zc_algo_name(ZC_ALGO_CRING), "ring");
+    cr_assert_str_eq(zc_algo_name(ZC_ALGO_ALLGATHER), "allgather");
+    cr_assert_str_eq(zc_algo_name(ZC_ALGO_SCATTER), "scatter");
+    cr_assert_null(zc_algo_name(ZC_ALGO_COUNT));
+}
+
+/* ---- eligibility ---- */
+
+Test(policy, ineligible_types_and_ops_run_raw)
+{
+    zc_policy_t pol = slow_link(4, ZC_CODEC_QSGD, ALGO_CFG_ALLGATHER);
+    const size_t n = 16 << 20;
+
+    for (int t = 0; t < ZC_DTYPE_COUNT; t++) {
+        zc_path_t p = zc_policy_choose(&pol, n, (zc_dtype_t)t, ZC_OP_SUM);
+        if (t == ZC_DTYPE_F32 || t == ZC_DTYPE_F16 || t == ZC_DTYPE_BF16)
+            cr_assert_eq(p.algo, ZC_ALGO_ALLGATHER, "dtype %d", t);
+        else
+            assert_raw(p, "a dtype no codec takes");
+    }
+    for (int o = 0; o < ZC_OP_COUNT; o++) {
+        zc_path_t p = zc_policy_choose(&pol, n, ZC_DTYPE_F32, (zc_redop_t)o);
+        if (o == ZC_OP_SUM || o == ZC_OP_AVG)
+            cr_assert_eq(p.algo, ZC_ALGO_ALLGATHER, "op %d", o);
+        else
+            assert_raw(p, "prod/min/max");
+    }
+    assert_raw(zc_policy_choose(&pol, n, ZC_DTYPE_COUNT, ZC_OP_SUM), "unknown dtype");
+    assert_raw(zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_COUNT), "unknown op");
+}
+
+Test(policy, min_bytes_boundary)
+{
+    zc_policy_t pol = slow_link(4, ZC_CODEC_QSGD, ALGO_CFG_SCATTER);
+    pol.min_bytes = 65536;
+
+    assert_raw(zc_policy_choose(&pol, 16383, ZC_DTYPE_F32, ZC_OP_SUM), "f32 one value short");
+    cr_assert_eq(zc_policy_choose(&pol, 16384, ZC_DTYPE_F32, ZC_OP_SUM).algo, ZC_ALGO_SCATTER);
+    /* the caller's bytes count, not the f32 bytes the codec would see */
+    assert_raw(zc_policy_choose(&pol, 32767, ZC_DTYPE_BF16, ZC_OP_AVG), "bf16 one value short");
+    cr_assert_eq(zc_policy_choose(&pol, 32768, ZC_DTYPE_F16, ZC_OP_AVG).algo, ZC_ALGO_SCATTER);
+
+    pol.min_bytes = 0;
+    assert_raw(zc_policy_choose(&pol, 0, ZC_DTYPE_F32, ZC_OP_SUM), "count 0");
+    cr_assert_eq(zc_policy_choose(&pol, 1, ZC_DTYPE_F32, ZC_OP_SUM).algo, ZC_ALGO_SCATTER);
+    /* a count whose byte size overflows size_t is above any threshold */
+    pol.min_bytes = SIZE_MAX;
+    cr_assert_eq(zc_policy_choose(&pol, SIZE_MAX / 2 + 1, ZC_DTYPE_F32, ZC_OP_SUM).algo,
+                 ZC_ALGO_SCATTER);
+}
+
+Test(policy, codec_none_is_always_raw)
+{
+    for (int a = 0; a <= ALGO_CFG_SCATTER; a++) {
+        for (int nr = 1; nr <= 8; nr *= 2) {
+            zc_policy_t pol = slow_link(nr, ZC_CODEC_NONE, a);
+            for (size_t n = 1; n <= (size_t)1 << 28; n <<= 3)
+                assert_raw(zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM), "codec none");
+        }
+    }
+}
+
+/* ---- fixed paths ---- */
+
+Test(policy, fixed_codec_and_algo)
+{
+    for (int c = 1; c < ZC_CODEC_COUNT; c++) {
+        zc_codec_id_t codec = (zc_codec_id_t)c;
+        for (int a = ALGO_CFG_RING; a <= ALGO_CFG_SCATTER; a++) {
+            /* a fast link: a fixed path is taken whatever the model thinks of it */
+            zc_policy_t pol = fast_link(4, c, a);
+            pol.params[c].qsgd.levels = 3; /* recognisable params travel with the path */
+            pol.params[c].topk.density = 0.125;
+            zc_algo_id_t want = a == ALGO_CFG_RING        ? ZC_ALGO_CRING
+                                : a == ALGO_CFG_ALLGATHER ? ZC_ALGO_ALLGATHER
+                                                          : ZC_ALGO_SCATTER;
+            if (!zc_policy_supports(want, codec))
+                continue; /* the fallback test's */
+            for (size_t i = 0; i < ZC_ARRAY_SIZE(float_types); i++) {
+                zc_path_t p = zc_policy_choose(&pol, 1 << 20, float_types[i], ZC_OP_SUM);
+                cr_assert_eq(p.algo, want, "%s with ZIPCCL_ALGO index %d gave %s",
+                             zc_codec_name(codec), a, zc_algo_name(p.algo));
+                cr_assert_eq(p.params.codec, codec);
+                cr_assert_eq(memcmp(&p.params, &pol.params[c], sizeof(p.params)), 0,
+                             "the path carries the policy's params of %s", zc_codec_name(codec));
+            }
+        }
+    }
+}
+
+Test(policy, ring_with_nonlinear_codec_falls_back_to_allgather_and_says_so_once)
+{
+    zc_policy_t pol = fast_link(4, ZC_CODEC_QSGD, ALGO_CFG_RING);
+
+    for (int i = 0; i < 3; i++) {
+        zc_path_t p = zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+        cr_assert_eq(p.algo, ZC_ALGO_ALLGATHER);
+        cr_assert_eq(p.params.codec, ZC_CODEC_QSGD);
+    }
+    cr_assert_eq(captured(ZC_LOG_WARN, "policy:"), 1, "one warning, not one per call");
+    const char *msg = captured_msg(ZC_LOG_WARN, "policy:");
+    cr_assert(strstr(msg, "qsgd") && strstr(msg, "linear") && strstr(msg, "allgather"), "%s", msg);
+    /* an ineligible call is raw, fallback or not */
+    assert_raw(zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_I32, ZC_OP_SUM), "i32");
+}
+
+Test(policy, ring_with_topk_falls_back_to_allgather)
+{
+    zc_policy_t pol = slow_link(2, ZC_CODEC_TOPK, ALGO_CFG_RING);
+    zc_path_t p = zc_policy_choose(&pol, 1 << 22, ZC_DTYPE_BF16, ZC_OP_AVG);
+    cr_assert_eq(p.algo, ZC_ALGO_ALLGATHER);
+    cr_assert_eq(p.params.codec, ZC_CODEC_TOPK);
+    cr_assert_eq(captured(ZC_LOG_WARN, "topk"), 1);
+}
+
+/* ---- one rank ---- */
+
+Test(policy, one_rank_keeps_a_configured_codec_but_auto_runs_raw)
+{
+    for (int c = 1; c < ZC_CODEC_COUNT; c++) {
+        zc_policy_t pol = fast_link(1, c, ZC_POLICY_ALGO_AUTO);
+        zc_path_t p = zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+        cr_assert_neq(p.algo, ZC_ALGO_RAW, "%s on one rank ran raw", zc_codec_name(c));
+        cr_assert_eq(p.params.codec, (zc_codec_id_t)c);
+        cr_assert(zc_policy_supports(p.algo, p.params.codec));
+        /* fixed algorithms are honoured too */
+        pol.algo_cfg = ALGO_CFG_SCATTER;
+        cr_assert_eq(zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_F32, ZC_OP_SUM).algo,
+                     ZC_ALGO_SCATTER);
+    }
+    zc_policy_t pol = slow_link(1, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    for (size_t n = 1 << 14; n <= (size_t)1 << 28; n <<= 2)
+        assert_raw(zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM), "auto on one rank");
+}
+
+/* ---- auto ---- */
+
+Test(policy, auto_runs_raw_on_a_fast_link)
+{
+    for (int nr = 2; nr <= 64; nr *= 2) {
+        zc_policy_t pol = fast_link(nr, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+        for (size_t n = 1 << 14; n <= (size_t)1 << 28; n <<= 2) {
+            char what[64];
+            snprintf(what, sizeof(what), "%zu values on %d ranks", n, nr);
+            assert_raw(zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM), what);
+        }
+    }
+}
+
+Test(policy, auto_compresses_large_tensors_on_a_slow_link)
+{
+    for (int nr = 2; nr <= 64; nr *= 2) {
+        zc_policy_t pol = slow_link(nr, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+        zc_path_t p = zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+        cr_assert_neq(p.algo, ZC_ALGO_RAW, "64 MiB over 1 Gb/s on %d ranks ran raw", nr);
+        cr_assert(p.params.codec == ZC_CODEC_QSGD || p.params.codec == ZC_CODEC_BF16,
+                  "auto chose %s", zc_codec_name(p.params.codec));
+        cr_assert(zc_policy_supports(p.algo, p.params.codec));
+        /* qsgd's 8x beats bf16's 2x when the link is what costs */
+        cr_assert_eq(p.params.codec, ZC_CODEC_QSGD);
+    }
+}
+
+Test(policy, auto_codec_with_fixed_algo_stays_on_that_algo)
+{
+    zc_policy_t pol = slow_link(8, ZC_POLICY_CODEC_AUTO, ALGO_CFG_RING);
+    zc_path_t p = zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+    /* only bf16 of the auto codecs sums on a ring */
+    cr_assert_eq(p.algo, ZC_ALGO_CRING);
+    cr_assert_eq(p.params.codec, ZC_CODEC_BF16);
+
+    pol.algo_cfg = ALGO_CFG_ALLGATHER;
+    p = zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert_eq(p.algo, ZC_ALGO_ALLGATHER);
+    /* raw stays a candidate: a fast link runs raw whatever the algorithm asked */
+    pol = fast_link(8, ZC_POLICY_CODEC_AUTO, ALGO_CFG_SCATTER);
+    assert_raw(zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM), "fast link, scatter");
+}
+
+Test(policy, auto_never_picks_a_stateful_codec)
+{
+    zc_policy_t pol = slow_link(8, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    /* make top-k and gradiveq look free: the model would love them */
+    const zc_codec_id_t stateful[] = {ZC_CODEC_TOPK, ZC_CODEC_GRADIVEQ};
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(stateful); i++) {
+        pol.in.ratio[stateful[i]] = 1e-6;
+        pol.in.enc_bw[stateful[i]] = pol.in.dec_bw[stateful[i]] = 1e15;
+        pol.in.reduce_bw[stateful[i]] = 1e15;
+    }
+    cr_assert_lt(zc_policy_cost(&pol, ZC_ALGO_CRING, ZC_CODEC_GRADIVEQ, 64 << 20),
+                 zc_policy_cost(&pol, ZC_ALGO_SCATTER, ZC_CODEC_QSGD, 64 << 20));
+    for (size_t n = 1 << 14; n <= (size_t)1 << 28; n <<= 2) {
+        zc_path_t p = zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM);
+        cr_assert(p.params.codec == ZC_CODEC_NONE || p.params.codec == ZC_CODEC_BF16 ||
+                      p.params.codec == ZC_CODEC_QSGD,
+                  "auto chose %s", zc_codec_name(p.params.codec));
+    }
+}
+
+Test(policy, fixed_codec_with_auto_algo_runs_raw_when_raw_is_cheaper)
+{
+    zc_policy_t pol = fast_link(4, ZC_CODEC_QSGD, ZC_POLICY_ALGO_AUTO);
+    assert_raw(zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM), "qsgd, fast link");
+
+    pol = slow_link(4, ZC_CODEC_QSGD, ZC_POLICY_ALGO_AUTO);
+    zc_path_t p = zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert_eq(p.params.codec, ZC_CODEC_QSGD);
+    cr_assert(p.algo == ZC_ALGO_ALLGATHER || p.algo == ZC_ALGO_SCATTER);
+
+    /* gradiveq is linear: the ring sums payloads without scatter's decode and re-encode */
+    pol = slow_link(64, ZC_CODEC_GRADIVEQ, ZC_POLICY_ALGO_AUTO);
+    p = zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert_eq(p.params.codec, ZC_CODEC_GRADIVEQ);
+    cr_assert_eq(p.algo, ZC_ALGO_CRING, "got %s", zc_algo_name(p.algo));
+}
+
+Test(policy, auto_sends_no_bf16_payloads_for_16_bit_input)
+{
+    /*
+     * The bf16 codec halves f32 traffic, and the slow link makes that worth
+     * it; on f16 or bf16 input it would move as many bytes as the raw ring.
+     */
+    zc_policy_t pol = slow_link(8, ZC_POLICY_CODEC_AUTO, ALGO_CFG_RING);
+    cr_assert_eq(zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM).params.codec,
+                 ZC_CODEC_BF16);
+    assert_raw(zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_BF16, ZC_OP_SUM), "bf16 input");
+    assert_raw(zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F16, ZC_OP_SUM), "f16 input");
+    pol.algo_cfg = ZC_POLICY_ALGO_AUTO;
+    for (size_t t = 1; t < ZC_ARRAY_SIZE(float_types); t++)
+        for (size_t n = 1 << 15; n <= (size_t)1 << 28; n <<= 2)
+            cr_assert_neq(zc_policy_choose(&pol, n, float_types[t], ZC_OP_SUM).params.codec,
+                          ZC_CODEC_BF16);
+}
+
+/* ---- the cost model ---- */
+
+Test(policy, cost_formulas)
+{
+    /* policy.h's formulas, term by term, on round numbers */
+    zc_policy_t pol = slow_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    zc_policy_inputs_t *in = &pol.in;
+    in->link_bw = 1e9;
+    in->link_lat = 1e-5;
+    in->add_bw = 1e10;
+    in->enc_bw[ZC_CODEC_BF16] = 2e9;
+    in->dec_bw[ZC_CODEC_BF16] = 4e9;
+    in->reduce_bw[ZC_CODEC_BF16] = 5e9;
+    in->ratio[ZC_CODEC_BF16] = 0.5;
+    const double B = 4e6, n = 4, W = 1e9, L = 1e-5, E = 2e9, D = 4e9, R = 5e9, r = 0.5;
+
+    /* raw: 2 (n-1) (L + B/(nW)) + (n-1) B/(nA) = 6 (1e-5 + 1e-3) + 3e-4 */
+    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_RAW, ZC_CODEC_NONE, 4000000), 6.36e-3, 1e-15);
+    double cring = B / E + 2 * (n - 1) * (L + r * B / (n * W)) + (n - 1) * r * B / (n * R) + B / D;
+    double allgather = B / E + (n - 1) * (L + r * B / W) + n * B / D;
+    double scatter = B / E + (n - 1) * (L + r * B / (n * W)) + B / D + B / (n * E) +
+                     (n - 1) * (L + r * B / (n * W)) + B / D;
+    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_CRING, ZC_CODEC_BF16, 4000000), cring,
+                       cring * 1e-12);
+    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_ALLGATHER, ZC_CODEC_BF16, 4000000), allgather,
+                       allgather * 1e-12);
+    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_SCATTER, ZC_CODEC_BF16, 4000000), scatter,
+                       scatter * 1e-12);
+    /* and the numbers themselves: cring = 2e-3 + 6 (1e-5 + 5e-4) + 3e-4 + 1e-3 */
+    cr_assert_float_eq(cring, 6.36e-3, 1e-15);
+}
+
+Test(policy, unsupported_paths_cost_infinity)
+{
+    zc_policy_t pol = slow_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    cr_assert(isinf(zc_policy_cost(&pol, ZC_ALGO_CRING, ZC_CODEC_QSGD, 1 << 20)));
+    cr_assert(isinf(zc_policy_cost(&pol, ZC_ALGO_RAW, ZC_CODEC_QSGD, 1 << 20)));
+    cr_assert(isinf(zc_policy_cost(&pol, ZC_ALGO_COUNT, ZC_CODEC_NONE, 1 << 20)));
+}
+
+Test(policy, cost_grows_with_bytes_and_shrinks_with_bandwidth)
+{
+    for (int nr = 1; nr <= 16; nr *= 2) {
+        zc_policy_t pol = slow_link(nr, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+        zc_policy_t faster = pol;
+        faster.in.link_bw *= 10;
+        for (int a = 0; a < ZC_ALGO_COUNT; a++) {
+            for (int c = 0; c < ZC_CODEC_COUNT; c++) {
+                if (!zc_policy_supports((zc_algo_id_t)a, (zc_codec_id_t)c))
+                    continue;
+                if (a == ZC_ALGO_RAW && nr == 1) {
+                    /* one rank's raw ring sends and adds nothing */
+                    cr_assert_eq(zc_policy_cost(&pol, a, c, 1 << 20), 0.0);
+                    continue;
+                }
+                double prev = zc_policy_cost(&pol, a, c, 0);
+                cr_assert(prev >= 0 && isfinite(prev), "%s/%s of 0 bytes: %g", zc_algo_name(a),
+                          zc_codec_name(c), prev);
+                for (size_t b = 4096; b <= (size_t)1 << 32; b <<= 1) {
+                    double cost = zc_policy_cost(&pol, a, c, b);
+                    cr_assert_gt(cost, prev, "%s/%s on %d ranks: %zu bytes cost %g, half %g",
+                                 zc_algo_name(a), zc_codec_name(c), nr, b, cost, prev);
+                    double fcost = zc_policy_cost(&faster, a, c, b);
+                    if (nr > 1)
+                        cr_assert_lt(fcost, cost, "a faster link must be cheaper");
+                    else
+                        cr_assert_eq(fcost, cost, "one rank does not use the link");
+                    prev = cost;
+                }
+            }
+        }
+    }
+}
+
+Test(policy, raw_cost_ignores_codec_speeds)
+{
+    zc_policy_t a = slow_link(8, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO), b = a;
+    for (int c = 0; c < ZC_CODEC_COUNT; c++) {
+        b.in.enc_bw[c] /= 7;
+        b.in.dec_bw[c] /= 7;
+        b.in.reduce_bw[c] /= 7;
+        b.in.ratio[c] *= 0.5;
+    }
+    cr_assert_eq(zc_policy_cost(&a, ZC_ALGO_RAW, ZC_CODEC_NONE, 1 << 24),
+                 zc_policy_cost(&b, ZC_ALGO_RAW, ZC_CODEC_NONE, 1 << 24));
+    b = a;
+    b.in.enc_bw[ZC_CODEC_QSGD] /= 7;
+    cr_assert_gt(zc_policy_cost(&b, ZC_ALGO_SCATTER, ZC_CODEC_QSGD, 1 << 24),
+                 zc_policy_cost(&a, ZC_ALGO_SCATTER, ZC_CODEC_QSGD, 1 << 24));
+}
+
+/*
+ * The chosen path is the cheapest compressed one allowed, and cheaper than
+ * raw; or raw, when no compressed path is clearly (2x) cheaper.
+ */
+static void assert_argmin(const zc_policy_t *pol, size_t count)
+{
+    zc_path_t p = zc_policy_choose(pol, count, ZC_DTYPE_F32, ZC_OP_SUM);
+    double chosen = zc_policy_cost(pol, p.algo, p.params.codec, count * 4);
+    double raw = zc_policy_cost(pol, ZC_ALGO_RAW, ZC_CODEC_NONE, count * 4);
+    const zc_codec_id_t auto_codecs[] = {ZC_CODEC_BF16, ZC_CODEC_QSGD};
+
+    if (pol->nranks > 1)
+        cr_assert_leq(chosen, raw, "%zu values: %s/%s (%g s) over raw (%g s)", count,
+                      zc_algo_name(p.algo), zc_codec_name(p.params.codec), chosen, raw);
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(auto_codecs); i++) {
+        zc_codec_id_t c =
+            pol->codec_cfg == ZC_POLICY_CODEC_AUTO ? auto_codecs[i] : (zc_codec_id_t)pol->codec_cfg;
+        for (int a = ZC_ALGO_CRING; a < ZC_ALGO_COUNT; a++) {
+            double other = zc_policy_cost(pol, a, c, count * 4);
+            if (p.algo != ZC_ALGO_RAW)
+                cr_assert_leq(chosen, other, "%zu values: %s/%s (%g s) over %s/%s (%g s)", count,
+                              zc_algo_name(p.algo), zc_codec_name(p.params.codec), chosen,
+                              zc_algo_name(a), zc_codec_name(c), other);
+            else if (pol->nranks > 1)
+                cr_assert_gt(other, raw / 2, "%zu values: raw (%g s) over %s/%s (%g s)", count, raw,
+                             zc_algo_name(a), zc_codec_name(c), other);
+        }
+    }
+}
+
+Test(policy, auto_choice_is_the_cheapest_path)
+{
+    const double bws[] = {0.05e9, 0.125e9, 1.25e9, 3e9, 12.5e9};
+    const double lats[] = {1e-6, 20e-6, 200e-6};
+    const int codec_cfgs[] = {ZC_POLICY_CODEC_AUTO, ZC_CODEC_QSGD, ZC_CODEC_BF16, ZC_CODEC_TOPK,
+                              ZC_CODEC_GRADIVEQ};
+
+    for (size_t c = 0; c < ZC_ARRAY_SIZE(codec_cfgs); c++)
+        for (size_t i = 0; i < ZC_ARRAY_SIZE(bws); i++)
+            for (size_t j = 0; j < ZC_ARRAY_SIZE(lats); j++)
+                for (int nr = 2; nr <= 128; nr *= 4) {
+                    zc_policy_t pol =
+                        make_policy(nr, codec_cfgs[c], ZC_POLICY_ALGO_AUTO, 0, bws[i], lats[j]);
+                    for (size_t n = 1; n <= (size_t)1 << 28; n <<= 3)
+                        assert_argmin(&pol, n);
+                }
+}
+
+Test(policy, compression_must_buy_real_time)
+{
+    /*
+     * Find the bandwidth where qsgd scatter and raw cost the same on 64 MiB,
+     * then check both sides: 1% faster than raw is a gain within the
+     * model's error (raw kept), 2x faster is taken.
+     */
+    zc_policy_t pol = slow_link(8, ZC_CODEC_QSGD, ZC_POLICY_ALGO_AUTO);
+    const size_t bytes = 64 << 20;
+    double lo = 1e6, hi = 1e12;
+    for (int i = 0; i < 200; i++) {
+        pol.in.link_bw = sqrt(lo * hi);
+        double raw = zc_policy_cost(&pol, ZC_ALGO_RAW, ZC_CODEC_NONE, bytes);
+        double q = zc_policy_cost(&pol, ZC_ALGO_SCATTER, ZC_CODEC_QSGD, bytes);
+        if (q < raw)
+            lo = pol.in.link_bw;
+        else
+            hi = pol.in.link_bw;
+    }
+    int kept = 0, taken = 0;
+    for (double bw = lo / 4; bw < hi * 4; bw *= 1.001) {
+        pol.in.link_bw = bw;
+        double raw = zc_policy_cost(&pol, ZC_ALGO_RAW, ZC_CODEC_NONE, bytes);
+        double q = zc_policy_cost(&pol, ZC_ALGO_SCATTER, ZC_CODEC_QSGD, bytes);
+        zc_path_t p = zc_policy_choose(&pol, bytes / 4, ZC_DTYPE_F32, ZC_OP_SUM);
+        if (q > 0.99 * raw && q < raw) {
+            assert_raw(p, "qsgd within 1% of raw");
+            kept++;
+        }
+        if (q < 0.5 * raw) {
+            cr_assert_eq(p.params.codec, ZC_CODEC_QSGD, "qsgd 2x faster than raw");
+            taken++;
+        }
+    }
+    cr_assert(kept > 0 && taken > 0, "the sweep covered both sides (%d, %d)", kept, taken);
+}
+
+Test(policy, a_slower_link_never_turns_compression_off)
+{
+    /* consistency: if compression wins at some bandwidth, it wins at every lower one */
+    for (size_t n = 1 << 12; n <= (size_t)1 << 28; n <<= 2) {
+        int compressed = 0;
+        for (double bw = 50e9; bw >= 10e6; bw /= 2) {
+            zc_policy_t pol =
+                make_policy(8, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO, 0, bw, 20e-6);
+            int now = zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM).algo != ZC_ALGO_RAW;
+            cr_assert(now || !compressed, "%zu values: compressed above %g B/s but not at it", n,
+                      bw);
+            compressed = now;
+        }
+    }
+}
+
+Test(policy, choices_are_deterministic)
+{
+    /* two policies built apart from equal inputs decide alike, call after call */
+    zc_policy_t a = make_policy(8, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO, 0, 0.4e9, 15e-6);
+    zc_policy_t b = make_policy(8, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO, 0, 0.4e9, 15e-6);
+    for (size_t n = 1; n <= (size_t)1 << 28; n = n * 3 + 1) {
+        for (size_t t = 0; t < ZC_ARRAY_SIZE(float_types); t++) {
+            zc_path_t p = zc_policy_choose(&a, n, float_types[t], ZC_OP_AVG);
+            zc_path_t q = zc_policy_choose(&b, n, float_types[t], ZC_OP_AVG);
+            zc_path_t p2 = zc_policy_choose(&a, n, float_types[t], ZC_OP_AVG);
+            cr_assert_eq(memcmp(&p, &q, sizeof(p)), 0, "%zu values", n);
+            cr_assert_eq(memcmp(&p, &p2, sizeof(p)), 0, "%zu values", n);
+        }
+    }
+}
+
+/* ---- zc_policy_init over UCX, ranks as threads ---- */
+
+#define MAX_RANKS 4
+
+typedef struct init_arg {
+    const zc_config_t *cfg;
+    zc_status_t status[MAX_RANKS];
+    zc_policy_t pol[MAX_RANKS];
+} init_arg_t;
+
+static void init_body(membs_rank_t *r)
+{
+    init_arg_t *a = r->arg;
+    a->status[r->rank] = zc_policy_init(&a->pol[r->rank], a->cfg, r->bs, r->comm);
+}
+
+static zc_config_t load_config(char *const *envp)
+{
+    zc_config_t cfg;
+    cr_assert_eq(zc_config_load(envp, &cfg), ZC_OK);
+    cfg.timeout_s = 30; /* a stuck rank fails in seconds */
+    return cfg;
+}
+
+static void run_init(int size, const zc_config_t *cfg, init_arg_t *a)
+{
+    char why[600];
+    memset(a, 0, sizeof(*a));
+    a->cfg = cfg;
+    cr_assert_eq(membs_run(size, cfg, init_body, a, why, sizeof(why)), 0, "%s", why);
+}
+
+Test(policy_init, bad_arguments)
+{
+    zc_policy_t pol;
+    zc_config_t cfg;
+    zc_config_defaults(&cfg);
+    cr_assert_eq(zc_policy_init(NULL, &cfg, NULL, NULL), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc_policy_init(&pol, NULL, NULL, NULL), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc_policy_init(&pol, &cfg, NULL, NULL), ZC_ERR_INVALID_ARG);
+}
+
+Test(policy_init, fixed_configuration_measures_nothing)
+{
+    char *env[] = {"ZIPCCL_CODEC=qsgd",     "ZIPCCL_ALGO=scatter",      "ZIPCCL_QSGD_BITS=8",
+                   "ZIPCCL_MIN_BYTES=1MiB", "ZIPCCL_TOPK_DENSITY=0.05", NULL};
+    zc_config_t cfg = load_config(env);
+    init_arg_t a;
+
+    run_init(2, &cfg, &a);
+    for (int r = 0; r < 2; r++) {
+        const zc_policy_t *pol = &a.pol[r];
+        cr_assert_eq(a.status[r], ZC_OK, "rank %d: %s", r, zc_status_string(a.status[r]));
+        cr_assert_eq(pol->measured, 0);
+        cr_assert_eq(pol->nranks, 2);
+        cr_assert_eq(pol->codec_cfg, ZC_CODEC_QSGD);
+        cr_assert_eq(pol->algo_cfg, ALGO_CFG_SCATTER);
+        cr_assert_eq(pol->min_bytes, 1 << 20);
+        cr_assert_eq(pol->params[ZC_CODEC_QSGD].qsgd.levels, 127, "8 bits: s = 127");
+        cr_assert_float_eq(pol->params[ZC_CODEC_TOPK].topk.density, 0.05, 1e-12);
+        cr_assert_eq(pol->params[ZC_CODEC_GRADIVEQ].gradiveq.ranks, 2);
+        /* fixed-rate ratios from the parameters: qsgd 8 bits, d 512: (4 + 512) / 2048 */
+        cr_assert_float_eq(pol->in.ratio[ZC_CODEC_QSGD], 516.0 / 2048, 1e-12);
+        cr_assert_float_eq(pol->in.ratio[ZC_CODEC_BF16], 0.5, 1e-12);
+        cr_assert_float_eq(pol->in.ratio[ZC_CODEC_NONE], 1.0, 1e-12);
+        for (int c = 0; c < ZC_CODEC_COUNT; c++)
+            cr_assert(pol->in.enc_bw[c] > 0 && pol->in.dec_bw[c] > 0 && pol->in.ratio[c] > 0);
+        zc_path_t p = zc_policy_choose(pol, 1 << 18, ZC_DTYPE_F32, ZC_OP_SUM);
+        cr_assert_eq(p.algo, ZC_ALGO_SCATTER);
+        cr_assert_eq(p.params.qsgd.levels, 127);
+    }
+    cr_assert_eq(memcmp(&a.pol[0], &a.pol[1], sizeof(a.pol[0])), 0);
+    cr_assert_eq(captured(ZC_LOG_INFO, "nothing measured"), 1, "rank 0 says so, once");
+}
+
+/* Every rank holds the same inputs and takes the same decisions. */
+static void assert_agreed(const init_arg_t *a, int size)
+{
+    for (int r = 0; r < size; r++) {
+        cr_assert_eq(a->status[r], ZC_OK, "rank %d: %s", r, zc_status_string(a->status[r]));
+        cr_assert_eq(a->pol[r].measured, 1);
+        cr_assert_eq(memcmp(&a->pol[r], &a->pol[0], sizeof(a->pol[0])), 0,
+                     "rank %d's policy differs from rank 0's", r);
+    }
+    const zc_policy_inputs_t *in = &a->pol[0].in;
+    cr_assert(isfinite(in->link_bw) && in->link_bw > 0, "link %g B/s", in->link_bw);
+    cr_assert(isfinite(in->link_lat) && in->link_lat > 0 && in->link_lat < 1, "latency %g s",
+              in->link_lat);
+    cr_assert(isfinite(in->add_bw) && in->add_bw > 0);
+    for (size_t t = 0; t < ZC_ARRAY_SIZE(float_types); t++)
+        for (size_t n = 1; n <= (size_t)1 << 28; n = n * 5 + 3)
+            for (int r = 1; r < size; r++) {
+                zc_path_t p = zc_policy_choose(&a->pol[0], n, float_types[t], ZC_OP_SUM);
+                zc_path_t q = zc_policy_choose(&a->pol[r], n, float_types[t], ZC_OP_SUM);
+                cr_assert_eq(memcmp(&p, &q, sizeof(p)), 0, "rank %d decides otherwise", r);
+            }
+}
+
+Test(policy_init, auto_agrees_on_two_ranks)
+{
+    char *env[] = {"ZIPCCL_CODEC=auto", "ZIPCCL_ALGO=auto", NULL};
+    zc_config_t cfg = load_config(env);
+    init_arg_t a;
+
+    run_init(2, &cfg, &a);
+    assert_agreed(&a, 2);
+    const zc_policy_inputs_t *in = &a.pol[0].in;
+    for (int c = ZC_CODEC_QSGD; c <= ZC_CODEC_BF16; c += ZC_CODEC_BF16 - ZC_CODEC_QSGD) {
+        cr_assert(isfinite(in->enc_bw[c]) && in->enc_bw[c] > 0);
+        cr_assert(isfinite(in->dec_bw[c]) && in->dec_bw[c] > 0);
+    }
+    cr_assert(isfinite(in->reduce_bw[ZC_CODEC_BF16]) && in->reduce_bw[ZC_CODEC_BF16] > 0);
+    /*
+     * Measured ratios of fixed-rate codecs on 2^20 values: the formula plus
+     * the payload headers (16 bytes, and qsgd's 8-byte body header).
+     */
+    cr_assert_float_eq(in->ratio[ZC_CODEC_BF16], (2.0 * 1048576 + 16) / (4.0 * 1048576), 1e-12);
+    cr_assert_float_eq(in->ratio[ZC_CODEC_QSGD], (2048 * 260.0 + 24) / (4.0 * 1048576), 1e-12);
+    /* the block of inputs at info, from rank 0 only */
+    cr_assert_eq(captured(ZC_LOG_INFO, "link"), 1);
+    const char *msg = captured_msg(ZC_LOG_INFO, "link");
+    cr_assert(strstr(msg, "2 ranks") && strstr(msg, "qsgd enc") && strstr(msg, "bf16 enc") &&
+                  strstr(msg, "ratio"),
+              "%s", msg);
+    cr_assert_eq(captured(ZC_LOG_INFO, "f32 sums go"), 1);
+}
+
+Test(policy_init, auto_agrees_on_three_ranks)
+{
+    /* three ranks: left and right neighbours differ */
+    char *env[] = {"ZIPCCL_CODEC=auto", "ZIPCCL_ALGO=scatter", NULL};
+    zc_config_t cfg = load_config(env);
+    init_arg_t a;
+
+    run_init(3, &cfg, &a);
+    assert_agreed(&a, 3);
+}
+
+Test(policy_init, fixed_codec_with_auto_algo_measures_that_codec)
+{
+    char *env[] = {"ZIPCCL_CODEC=topk", "ZIPCCL_ALGO=auto", "ZIPCCL_TOPK_DENSITY=0.01", NULL};
+    zc_config_t cfg = load_config(env);
+    init_arg_t a;
+
+    run_init(2, &cfg, &a);
+    assert_agreed(&a, 2);
+    /*
+     * 1% kept, 32 value bits plus the Rice-coded gap (about the 8.08-bit
+     * entropy): 0.4 bits per value, a ratio of 0.0125; sampled selection keeps
+     * k within 10%, hence the tolerance.
+     */
+    double ratio = a.pol[0].in.ratio[ZC_CODEC_TOPK];
+    cr_assert(ratio > 0.0125 * 0.9 && ratio < 0.0125 * 1.1, "top-k ratio %g", ratio);
+}
+
+Test(policy_init, one_rank_auto)
+{
+    char *env[] = {"ZIPCCL_CODEC=auto", NULL};
+    zc_config_t cfg = load_config(env);
+    init_arg_t a;
+
+    run_init(1, &cfg, &a);
+    cr_assert_eq(a.status[0], ZC_OK);
+    cr_assert_eq(a.pol[0].measured, 1);
+    assert_raw(zc_policy_choose(&a.pol[0], 1 << 24, ZC_DTYPE_F32, ZC_OP_SUM), "one rank, auto");
+    cr_assert(strstr(captured_msg(ZC_LOG_INFO, "link"), "one rank"));
+}
+
+Test(policy_init, gradiveq_without_a_dimension_warns_under_auto_algo)
+{
+    char *env[] = {"ZIPCCL_CODEC=gradiveq", NULL};
+    zc_config_t cfg = load_config(env);
+    init_arg_t a;
+
+    run_init(1, &cfg, &a);
+    cr_assert_eq(a.status[0], ZC_OK);
+    cr_assert_eq(captured(ZC_LOG_WARN, "ZIPCCL_GRADIVEQ_DIM"), 1);
+    cr_assert_eq(a.pol[0].params[ZC_CODEC_GRADIVEQ].gradiveq.ranks, 1);
+}
+
+Test(policy_init, invalid_gradiveq_parameters_fail)
+{
+    char *env[] = {"ZIPCCL_CODEC=qsgd", "ZIPCCL_ALGO=allgather", "ZIPCCL_GRADIVEQ_SLICE=16",
+                   "ZIPCCL_GRADIVEQ_DIM=32", NULL};
+    zc_config_t cfg = load_config(env);
+    init_arg_t a;
+
+    run_init(1, &cfg, &a);
+    cr_assert_eq(a.status[0], ZC_ERR_INVALID_CONFIG);
+    const char *msg = captured_msg(ZC_LOG_ERROR, "policy:");
+    cr_assert(msg && strstr(msg, "ZIPCCL_GRADIVEQ_DIM=32") &&
+                  strstr(msg, "ZIPCCL_GRADIVEQ_SLICE=16"),
+              "%s", msg ? msg : "(no error logged)");
+}
