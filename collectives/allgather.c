@@ -226,17 +226,9 @@ static zc_status_t decode_next(zc_coll_op_t *op, allgather_t *ag)
     if (++ag->dec_src < ag->n)
         return ZC_INPROGRESS;
 
-    if (ch->cs) {
-        status = zc_codec_state_update(ch->cs, acc, ch->len);
-        if (status < 0) {
-            ZC_ERROR("allgather: %s state update of chunk %zu failed: %s",
-                     zc_codec_name(op->path.params.codec), c, zc_status_string(status));
-            return status;
-        }
-    }
-    t = zc_time_ns();
-    zc_coll_store_result(op, acc, ch->len, ch->off);
-    zc_coll_account(&op->stats.decode_ns, t);
+    status = zc_coll_part_done(op, ch->cs, acc, ch->len, ch->off);
+    if (status < 0)
+        return status;
     ag->dec_src = 0;
     ag->dec_chunk++;
     return ZC_INPROGRESS;

@@ -170,6 +170,15 @@ void zc_coll_defer_free(zc_coll_op_t *op, void *ptr);
 void zc_coll_store_result(zc_coll_op_t *op, float *acc, size_t count, size_t offset);
 
 /*
+ * The end of one part (@p len values at element @p off) whose f32 sum @p acc is
+ * known, identical on every rank: feeds it to the part's codec state @p cs
+ * (GradiVeQ learns its basis from it; NULL: none) and stores it in recvbuf
+ * (zc_coll_store_result, timed as decode). Logs and returns the update's error.
+ */
+zc_status_t zc_coll_part_done(zc_coll_op_t *op, zc_codec_state_t *cs, float *acc, size_t len,
+                              size_t off);
+
+/*
  * On calls the driver samples (op->stats.sample_err), decodes @p payload (own,
  * @p len bytes, made from @p count values of op->dtype at @p src, with codec
  * state @p cs or NULL) and adds its squared error and the input's squared norm

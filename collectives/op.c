@@ -327,6 +327,25 @@ void zc_coll_store_result(zc_coll_op_t *op, float *acc, size_t count, size_t off
     }
 }
 
+zc_status_t zc_coll_part_done(zc_coll_op_t *op, zc_codec_state_t *cs, float *acc, size_t len,
+                              size_t off)
+{
+    if (cs) {
+        zc_status_t status = zc_codec_state_update(cs, acc, len);
+        if (status < 0) {
+            char desc[160];
+            describe(op, desc, sizeof(desc));
+            ZC_ERROR("%s: codec state update of the part at %zu failed: %s", desc, off,
+                     zc_status_string(status));
+            return status;
+        }
+    }
+    uint64_t t = zc_time_ns();
+    zc_coll_store_result(op, acc, len, off);
+    zc_coll_account(&op->stats.decode_ns, t);
+    return ZC_OK;
+}
+
 void zc_coll_measure_error(zc_coll_op_t *op, zc_codec_state_t *cs, const void *payload, size_t len,
                            const void *src, size_t count)
 {

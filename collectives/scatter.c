@@ -419,19 +419,11 @@ static int decode_step(zc_coll_op_t *op, scatter_t *sc, zc_status_t *status_p)
         *status_p = status;
         return -1;
     }
-    if (pt->cs) {
-        status = zc_codec_state_update(pt->cs, acc, pt->len);
-        if (status < 0) {
-            ZC_ERROR("scatter: %s state update of shard %zu chunk %zu failed: %s",
-                     zc_codec_name(op->path.params.codec), p / nc, p % nc,
-                     zc_status_string(status));
-            *status_p = status;
-            return -1;
-        }
+    status = zc_coll_part_done(op, pt->cs, acc, pt->len, pt->off);
+    if (status < 0) {
+        *status_p = status;
+        return -1;
     }
-    t = zc_time_ns();
-    zc_coll_store_result(op, acc, pt->len, pt->off);
-    zc_coll_account(&op->stats.decode_ns, t);
     pt->decoded = 1;
     sc->decoded++;
     return 1;
