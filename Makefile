@@ -30,6 +30,12 @@ demo: build
 bench: build
 	./$(BUILD)/bench/codec_bench
 
+# 4 emulated hosts (network namespaces, tc) at 100mbit/1gbit/5gbit: zipccl against Open MPI on the
+# same links; root. CLUSTER_ARGS="--full --plots docs" for the whole sweep (cluster.sh --help).
+.PHONY: cluster
+cluster: build
+	./bench/cluster/cluster.sh --build $(BUILD) $(CLUSTER_ARGS)
+
 # Regenerates docs/env-vars.md and the README table from common/params.def.
 docs: build
 	./scripts/update-docs.sh $(BUILD)/tools/zipccl-info

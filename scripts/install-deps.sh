@@ -10,7 +10,7 @@ packages=(
   libcriterion-dev zlib1g-dev
   libopenblas-dev liblapacke-dev
   libopenmpi-dev openmpi-bin
-  dataset-fashion-mnist
+  dataset-fashion-mnist gnuplot-nox
 )
 
 missing=()
