@@ -24,8 +24,9 @@ test: build
 test-slow: build
 	@./scripts/run-tests.sh $(BUILD) --suite slow
 
+# 4 local ranks train an MLP on Fashion-MNIST with each codec: a table and $(BUILD)/demo/accuracy.png.
 demo: build
-	./$(BUILD)/examples/qsgd_fmnist
+	./scripts/demo.sh --build $(BUILD)
 
 bench: build
 	./$(BUILD)/bench/codec_bench

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/timer.h"
 #include "examples/fmnist.h"
+#include "examples/mlp.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -31,12 +32,6 @@
 #define BATCH 256
 #define RANKS 8
 
-typedef struct mlp {
-    float *w1, *b1, *w2, *b2;     /* 784x512, 512, 512x10, 10 */
-    float *gw1, *gb1, *gw2, *gb2; /* gradients, same shapes */
-    float *h, *p, *dh;            /* activations: BATCH x 512, BATCH x 10, BATCH x 512 */
-} mlp_t;
-
 static float *alloc_floats(size_t n)
 {
     float *p = calloc(n, sizeof(float));
@@ -45,92 +40,6 @@ static float *alloc_floats(size_t n)
         exit(1);
     }
     return p;
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static double uniform(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (rng_state >> 11) * 0x1p-53;
-}
-
-static void mlp_init(mlp_t *m)
-{
-    m->w1 = alloc_floats(FMNIST_PIXELS * HIDDEN);
-    m->b1 = alloc_floats(HIDDEN);
-    m->w2 = alloc_floats(HIDDEN * FMNIST_CLASSES);
-    m->b2 = alloc_floats(FMNIST_CLASSES);
-    m->gw1 = alloc_floats(FMNIST_PIXELS * HIDDEN);
-    m->gb1 = alloc_floats(HIDDEN);
-    m->gw2 = alloc_floats(HIDDEN * FMNIST_CLASSES);
-    m->gb2 = alloc_floats(FMNIST_CLASSES);
-    m->h = alloc_floats(BATCH * HIDDEN);
-    m->p = alloc_floats(BATCH * FMNIST_CLASSES);
-    m->dh = alloc_floats(BATCH * HIDDEN);
-    /* He initialisation, uniform with the same variance */
-    float a1 = sqrtf(6.0f / FMNIST_PIXELS), a2 = sqrtf(6.0f / HIDDEN);
-    for (size_t i = 0; i < FMNIST_PIXELS * HIDDEN; i++)
-        m->w1[i] = (float)((2 * uniform() - 1) * a1);
-    for (size_t i = 0; i < HIDDEN * FMNIST_CLASSES; i++)
-        m->w2[i] = (float)((2 * uniform() - 1) * a2);
-}
-
-/* Forward and backward on one batch; fills the gradients, returns the mean loss. */
-static double mlp_grad(mlp_t *m, const float *x, const uint8_t *y)
-{
-    const int B = BATCH, D = FMNIST_PIXELS, H = HIDDEN, C = FMNIST_CLASSES;
-    double loss = 0;
-
-    for (int i = 0; i < B; i++)
-        memcpy(m->h + i * H, m->b1, H * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, D, 1, x, D, m->w1, H, 1, m->h, H);
-    for (int i = 0; i < B * H; i++)
-        m->h[i] = m->h[i] > 0 ? m->h[i] : 0;
-    for (int i = 0; i < B; i++)
-        memcpy(m->p + i * C, m->b2, C * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, C, H, 1, m->h, H, m->w2, C, 1, m->p,
-                C);
-    for (int i = 0; i < B; i++) {
-        float *row = m->p + i * C, mx = row[0], sum = 0;
-        for (int c = 1; c < C; c++)
-            mx = fmaxf(mx, row[c]);
-        for (int c = 0; c < C; c++)
-            sum += row[c] = expf(row[c] - mx);
-        for (int c = 0; c < C; c++)
-            row[c] /= sum;
-        loss -= log(fmax(row[y[i]], 1e-30));
-        row[y[i]] -= 1; /* now dLoss/dlogits * B */
-        for (int c = 0; c < C; c++)
-            row[c] /= B;
-    }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, C, B, 1, m->h, H, m->p, C, 0, m->gw2,
-                C);
-    for (int c = 0; c < C; c++) {
-        m->gb2[c] = 0;
-        for (int i = 0; i < B; i++)
-            m->gb2[c] += m->p[i * C + c];
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, C, 1, m->p, C, m->w2, C, 0, m->dh,
-                H);
-    for (int i = 0; i < B * H; i++)
-        m->dh[i] = m->h[i] > 0 ? m->dh[i] : 0;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, D, H, B, 1, x, D, m->dh, H, 0, m->gw1, H);
-    for (int j = 0; j < H; j++) {
-        m->gb1[j] = 0;
-        for (int i = 0; i < B; i++)
-            m->gb1[j] += m->dh[i * H + j];
-    }
-    return loss / B;
-}
-
-static void mlp_step(mlp_t *m, float lr)
-{
-    cblas_saxpy(FMNIST_PIXELS * HIDDEN, -lr, m->gw1, 1, m->w1, 1);
-    cblas_saxpy(HIDDEN, -lr, m->gb1, 1, m->b1, 1);
-    cblas_saxpy(HIDDEN * FMNIST_CLASSES, -lr, m->gw2, 1, m->w2, 1);
-    cblas_saxpy(FMNIST_CLASSES, -lr, m->gb2, 1, m->b2, 1);
 }
 
 static double rel_err(const float *approx, const float *exact, size_t n)
@@ -164,6 +73,7 @@ int main(int argc, char **argv)
     zc_config_t cfg;
     fmnist_set_t train;
     mlp_t m;
+    const int sizes[] = {FMNIST_PIXELS, HIDDEN, FMNIST_CLASSES};
 
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
@@ -180,7 +90,8 @@ int main(int argc, char **argv)
     if (fmnist_load(dir, "train", &train) < 0)
         return 1;
 
-    mlp_init(&m);
+    if (mlp_create(sizes, 3, BATCH, 1, &m) < 0)
+        return 1;
     size_t batches = train.count / BATCH;
     int tty = isatty(STDOUT_FILENO);
     printf("training a 784-%d-10 MLP on Fashion-MNIST for %d steps of %d images to get a "
@@ -188,9 +99,10 @@ int main(int argc, char **argv)
            HIDDEN, steps, BATCH);
     for (int s = 0; s < steps; s++) {
         size_t b = (size_t)s % batches;
-        double loss =
-            mlp_grad(&m, train.images + b * BATCH * FMNIST_PIXELS, train.labels + b * BATCH);
-        mlp_step(&m, 0.1f);
+        double loss = mlp_grad(&m, train.images + b * BATCH * FMNIST_PIXELS,
+                               train.labels + b * BATCH, BATCH, 1.0f / BATCH) /
+                      BATCH;
+        mlp_step(&m, 0.1f, 0.0f);
         if ((s + 1) % 50 == 0 || s + 1 == steps) {
             printf(tty ? "\r  step %4d/%d  loss %.4f" : "  step %4d/%d  loss %.4f\n", s + 1, steps,
                    loss);
@@ -198,8 +110,9 @@ int main(int argc, char **argv)
         }
     }
     size_t b = (size_t)steps % batches;
-    mlp_grad(&m, train.images + b * BATCH * FMNIST_PIXELS, train.labels + b * BATCH);
-    const float *g = m.gw1;
+    mlp_grad(&m, train.images + b * BATCH * FMNIST_PIXELS, train.labels + b * BATCH, BATCH,
+             1.0f / BATCH);
+    const float *g = m.layer[0].gw;
     const size_t n = FMNIST_PIXELS * HIDDEN;
     printf("%s\ngradient of layer 1: %zu values (%.2f MiB f32), cpu kernels %s\n", tty ? "\n" : "",
            n, n * 4.0 / (1 << 20), zc_cpu_level_name(zc_cpu_level()));
@@ -266,6 +179,7 @@ int main(int argc, char **argv)
     free(dec);
     free(mean);
     free(copy);
+    mlp_destroy(&m);
     fmnist_free(&train);
     return 0;
 }
