@@ -30,6 +30,7 @@
  */
 #include "collectives/reduce.h"
 #include "common/config.h"
+#include "mpi_hooks.h"
 
 #include <zipccl/zipccl.h>
 
@@ -52,43 +53,6 @@ typedef struct options {
     int inplace;
 } options_t;
 
-/* ---- bootstrap over MPI -----------------------------------------------------------------------
- */
-
-static zc_status_t mpi_status(int rc)
-{
-    return rc == MPI_SUCCESS ? ZC_OK : ZC_ERR_IO;
-}
-
-static zc_status_t mpi_allgather(void *ctx, const void *mine, size_t len, void *all)
-{
-    return mpi_status(
-        MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, *(MPI_Comm *)ctx));
-}
-
-static zc_status_t mpi_broadcast(void *ctx, void *buf, size_t len, int root)
-{
-    return mpi_status(MPI_Bcast(buf, (int)len, MPI_BYTE, root, *(MPI_Comm *)ctx));
-}
-
-static zc_status_t mpi_barrier(void *ctx)
-{
-    return mpi_status(MPI_Barrier(*(MPI_Comm *)ctx));
-}
-
-static void mpi_destroy(void *ctx)
-{
-    MPI_Comm_free((MPI_Comm *)ctx);
-    free(ctx);
-}
-
-static const zc_bootstrap_hooks_t mpi_hooks = {
-    .allgather = mpi_allgather,
-    .broadcast = mpi_broadcast,
-    .barrier = mpi_barrier,
-    .destroy = mpi_destroy,
-};
-
 /* A communicator of every rank, with ZIPCCL_UCX_PEER_ERRORS set to @p peer_errors. */
 static zc_comm_t *comm_create(int rank, int size, int peer_errors)
 {
@@ -102,7 +66,7 @@ static zc_comm_t *comm_create(int rank, int size, int peer_errors)
     }
     MPI_Comm_set_errhandler(*dup, MPI_ERRORS_RETURN);
     setenv("ZIPCCL_UCX_PEER_ERRORS", peer_errors ? "1" : "0", 1);
-    zc_status_t st = zc_comm_init_bootstrap(rank, size, &mpi_hooks, dup, &comm);
+    zc_status_t st = zc_comm_init_bootstrap(rank, size, &bench_mpi_hooks, dup, &comm);
     if (st != ZC_OK) {
         fprintf(stderr, "ring_mpi: rank %d: zc_comm_init_bootstrap: %s\n", rank,
                 zc_status_string(st));

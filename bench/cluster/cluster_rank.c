@@ -43,6 +43,8 @@
  *
  * Rank 0 prints a progress line per measurement and appends one JSON object per line to --json.
  */
+#include "mpi_hooks.h"
+
 #include <zipccl/zipccl.h>
 
 #include <mpi.h>
@@ -93,42 +95,6 @@ static const method_t methods[] = {
     {"auto", "auto", NULL, NULL, NULL, NULL, "", 0, 7, 0},
 };
 
-/* ---- bootstrap over MPI (as bench/ring_mpi.c) ------------------------------------------------ */
-
-static zc_status_t mpi_status(int rc)
-{
-    return rc == MPI_SUCCESS ? ZC_OK : ZC_ERR_IO;
-}
-
-static zc_status_t mpi_allgather(void *ctx, const void *mine, size_t len, void *all)
-{
-    return mpi_status(
-        MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, *(MPI_Comm *)ctx));
-}
-
-static zc_status_t mpi_broadcast(void *ctx, void *buf, size_t len, int root)
-{
-    return mpi_status(MPI_Bcast(buf, (int)len, MPI_BYTE, root, *(MPI_Comm *)ctx));
-}
-
-static zc_status_t mpi_barrier(void *ctx)
-{
-    return mpi_status(MPI_Barrier(*(MPI_Comm *)ctx));
-}
-
-static void mpi_destroy(void *ctx)
-{
-    MPI_Comm_free((MPI_Comm *)ctx);
-    free(ctx);
-}
-
-static const zc_bootstrap_hooks_t mpi_hooks = {
-    .allgather = mpi_allgather,
-    .broadcast = mpi_broadcast,
-    .barrier = mpi_barrier,
-    .destroy = mpi_destroy,
-};
-
 static void set_or_unset(const char *name, const char *value)
 {
     if (value)
@@ -156,7 +122,7 @@ static zc_comm_t *comm_create(const method_t *m, const char *algo, int rank, int
     set_or_unset("ZIPCCL_TOPK_DENSITY", m->density);
     set_or_unset("ZIPCCL_GRADIVEQ_SLICE", m->gv_slice);
     set_or_unset("ZIPCCL_GRADIVEQ_DIM", m->gv_dim);
-    zc_status_t st = zc_comm_init_bootstrap(rank, size, &mpi_hooks, dup, &comm);
+    zc_status_t st = zc_comm_init_bootstrap(rank, size, &bench_mpi_hooks, dup, &comm);
     if (st != ZC_OK) {
         fprintf(stderr, "cluster_rank: rank %d: %s on %s: zc_comm_init_bootstrap: %s\n", rank,
                 m->name, algo, zc_status_string(st));

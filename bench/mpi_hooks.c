@@ -1,0 +1,40 @@
+/* zipccl's bootstrap over an MPI communicator (mpi_hooks.h). */
+#include "mpi_hooks.h"
+
+#include <mpi.h>
+
+#include <stdlib.h>
+
+static zc_status_t mpi_status(int rc)
+{
+    return rc == MPI_SUCCESS ? ZC_OK : ZC_ERR_IO;
+}
+
+static zc_status_t mpi_allgather(void *ctx, const void *mine, size_t len, void *all)
+{
+    return mpi_status(
+        MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, *(MPI_Comm *)ctx));
+}
+
+static zc_status_t mpi_broadcast(void *ctx, void *buf, size_t len, int root)
+{
+    return mpi_status(MPI_Bcast(buf, (int)len, MPI_BYTE, root, *(MPI_Comm *)ctx));
+}
+
+static zc_status_t mpi_barrier(void *ctx)
+{
+    return mpi_status(MPI_Barrier(*(MPI_Comm *)ctx));
+}
+
+static void mpi_destroy(void *ctx)
+{
+    MPI_Comm_free((MPI_Comm *)ctx);
+    free(ctx);
+}
+
+const zc_bootstrap_hooks_t bench_mpi_hooks = {
+    .allgather = mpi_allgather,
+    .broadcast = mpi_broadcast,
+    .barrier = mpi_barrier,
+    .destroy = mpi_destroy,
+};
