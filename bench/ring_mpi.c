@@ -30,7 +30,7 @@
  */
 #include "collectives/reduce.h"
 #include "common/config.h"
-#include "mpi_hooks.h"
+#include "mpi_bench.h"
 
 #include <zipccl/zipccl.h>
 
@@ -101,21 +101,6 @@ static size_t count_wrong(const float *got, size_t n, int size)
         wrong += got[i] != want;
     }
     return wrong;
-}
-
-/* ---- timing -----------------------------------------------------------------------------------
- */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* One call of MPI (comm NULL) or zipccl, after a barrier; its local time in seconds. */
@@ -354,7 +339,7 @@ int main(int argc, char **argv)
             for (int c = 0; c <= ncomms; c++) {
                 for (int i = 0; i < iters; i++)
                     col[i] = t[(size_t)i * (1 + (size_t)ncomms) + (size_t)c];
-                med[c] = median(col, iters);
+                med[c] = bench_median(col, iters);
             }
             free(col);
             printf("%12zu %6d %11.1f %8.2f", bytes, iters, med[0] * 1e6, factor / med[0] / 1e9);

@@ -17,9 +17,7 @@
 #include "common/half.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 enum { PHASE_QUEUED, PHASE_HEADER, PHASE_ALGO, PHASE_DONE };
 

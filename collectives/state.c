@@ -10,7 +10,6 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define BUCKETS 1024 /* a power of two */
 

@@ -43,7 +43,7 @@
  *
  * Rank 0 prints a progress line per measurement and appends one JSON object per line to --json.
  */
-#include "mpi_hooks.h"
+#include "mpi_bench.h"
 
 #include <zipccl/zipccl.h>
 
@@ -188,18 +188,6 @@ static uint64_t checksum(const float *x, size_t n)
 
 /* ---- timing ---------------------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* One call of MPI (comm NULL) or zipccl after a barrier; its local time in seconds. */
 static double timed_call(zc_comm_t *comm, const float *send, float *recv, size_t n, uint64_t key,
                          int *failed)
@@ -289,7 +277,7 @@ static record_t measure(const options_t *o, const method_t *m, const char *algo,
         rec.wire_bytes = wire / iters;
         rec.compressed = (double)(after.calls_compressed - before.calls_compressed) / iters;
     }
-    rec.median_s = median(t, iters);
+    rec.median_s = bench_median(t, iters);
     rec.iters = iters;
     rec.failed = failed;
     free(t);

@@ -1,5 +1,5 @@
-/* zipccl's bootstrap over an MPI communicator (mpi_hooks.h). */
-#include "mpi_hooks.h"
+/* Shared by the MPI benchmarks (mpi_bench.h). */
+#include "mpi_bench.h"
 
 #include <mpi.h>
 
@@ -38,3 +38,15 @@ const zc_bootstrap_hooks_t bench_mpi_hooks = {
     .barrier = mpi_barrier,
     .destroy = mpi_destroy,
 };
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
