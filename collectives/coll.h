@@ -144,6 +144,15 @@ static inline uint64_t zc_coll_tag(const zc_coll_op_t *op, unsigned step, unsign
 }
 
 /*
+ * Creates a communicator over @p bs with the configuration @p cfg (already
+ * applied: zc_config_apply) instead of the environment's: the frontends that
+ * need their own settings (the CollNet plugin's codec) and bootstrap (over
+ * NCCL's handles, over MPI) use it. Collective over @p bs; takes @p bs (it is
+ * destroyed with the communicator, or at once on failure).
+ */
+zc_status_t zc_comm_create(const zc_config_t *cfg, zc_bootstrap_t *bs, zc_comm_t **comm_p);
+
+/*
  * Tests @p n requests without blocking (the driver progresses the worker):
  * ZC_OK when all completed successfully, ZC_INPROGRESS while some run, else the
  * first error (requests of a dead peer fail with ZC_ERR_PEER). Pushes the op's

@@ -94,8 +94,7 @@ static void comm_free(zc_comm_t *comm)
     free(comm);
 }
 
-/* Everything after the bootstrap; takes @p bs (destroyed on failure). */
-static zc_status_t comm_create(const zc_config_t *cfg, zc_bootstrap_t *bs, zc_comm_t **comm_p)
+zc_status_t zc_comm_create(const zc_config_t *cfg, zc_bootstrap_t *bs, zc_comm_t **comm_p)
 {
     zc_status_t status;
     zc_comm_t *comm = calloc(1, sizeof(*comm));
@@ -149,7 +148,7 @@ ZC_EXPORT zc_status_t zc_comm_init(zc_comm_t **comm_p)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(load_config(&cfg));
     ZC_CHECK(zc_bootstrap_tcp_create(&cfg, NULL, &bs));
-    return comm_create(&cfg, bs, comm_p);
+    return zc_comm_create(&cfg, bs, comm_p);
 }
 
 ZC_EXPORT zc_status_t zc_comm_init_bootstrap(int rank, int size, const zc_bootstrap_hooks_t *hooks,
@@ -181,7 +180,7 @@ ZC_EXPORT zc_status_t zc_comm_init_bootstrap(int rank, int size, const zc_bootst
     bs->ctx = h;
     bs->rank = rank;
     bs->size = size;
-    return comm_create(&cfg, bs, comm_p);
+    return zc_comm_create(&cfg, bs, comm_p);
 }
 
 ZC_EXPORT void zc_comm_destroy(zc_comm_t *comm)
