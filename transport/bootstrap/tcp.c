@@ -524,15 +524,22 @@ static zc_status_t root_hello(tcp_bs_t *t, pending_conn_t *pend, int *npend, int
     return root_fail(t, ZC_ERR_MISMATCH, "%s", why);
 }
 
-static zc_status_t root_accept(tcp_bs_t *t, int port, uint64_t deadline)
+/* Accepts the ranks on @p lfd (a listening socket it closes), or on @p port when @p lfd is -1. */
+static zc_status_t root_accept(tcp_bs_t *t, int port, int lfd, uint64_t deadline)
 {
     pending_conn_t pend[PENDING_MAX];
     struct pollfd *pfd = t->pfd;
     int *pfd_what = t->pfd_rank; /* -1 listener, >= 0 pending index, else -rank-2 */
-    int npend = 0, joined = 0, lfd = -1, err = 0;
+    int npend = 0, joined = 0, err = 0;
     zc_status_t status = ZC_OK;
 
-    if (zc_bs_listen(port, &lfd, &err) != ZC_OK) {
+    if (lfd >= 0 && zc_bs_set_nonblock(lfd) < 0) {
+        ZC_ERROR("bootstrap: rank 0 cannot use the listening socket it was given (port %d): %s",
+                 port, strerror(errno));
+        close(lfd);
+        return ZC_ERR_IO;
+    }
+    if (lfd < 0 && zc_bs_listen(port, &lfd, &err) != ZC_OK) {
         ZC_ERROR("bootstrap: rank 0 cannot listen on port %d: %s (is another job or rank 0 using "
                  "it? ZIPCCL_ROOT names the port)",
                  port, strerror(err));
@@ -767,9 +774,9 @@ static zc_status_t rank_join(tcp_bs_t *t, const char *host, int port, uint64_t d
     return rank_recv(t, ZC_BS_MSG_WELCOME, 0, NULL, 0, deadline);
 }
 
-zc_status_t zc_bootstrap_tcp_create_explicit(int rank, int size, const char *host, int port,
-                                             const char *job_id, int timeout_s,
-                                             zc_bootstrap_t **bs_p)
+/* Both variants; @p listen_fd is rank 0's listening socket (taken) or -1. */
+static zc_status_t tcp_create(int rank, int size, const char *host, int port, int listen_fd,
+                              const char *job_id, int timeout_s, zc_bootstrap_t **bs_p)
 {
     zc_bootstrap_t *bs;
     tcp_bs_t *t;
@@ -779,7 +786,13 @@ zc_status_t zc_bootstrap_tcp_create_explicit(int rank, int size, const char *hos
         (size > 1 && (port < 1 || port > 65535 || (rank > 0 && (!host || !*host))))) {
         ZC_ERROR("bootstrap: invalid arguments: rank %d, size %d, root %s:%d, timeout %d s", rank,
                  size, host ? host : "(null)", port, timeout_s);
+        if (listen_fd >= 0)
+            close(listen_fd);
         return ZC_ERR_INVALID_ARG;
+    }
+    if (listen_fd >= 0 && size == 1) {
+        close(listen_fd);
+        listen_fd = -1;
     }
 
     bs = calloc(1, sizeof(*bs));
@@ -812,7 +825,7 @@ zc_status_t zc_bootstrap_tcp_create_explicit(int rank, int size, const char *hos
     if (size > 1) {
         uint64_t deadline = deadline_after(timeout_s);
         if (rank == 0)
-            ZC_CHECK_GOTO(root_accept(t, port, deadline), status, err_destroy);
+            ZC_CHECK_GOTO(root_accept(t, port, listen_fd, deadline), status, err_destroy);
         else
             ZC_CHECK_GOTO(rank_join(t, host, port, deadline), status, err_destroy);
     }
@@ -822,8 +835,32 @@ zc_status_t zc_bootstrap_tcp_create_explicit(int rank, int size, const char *hos
 err_no_memory:
     ZC_ERROR("bootstrap: out of memory for %d ranks", size);
     status = ZC_ERR_NO_MEMORY;
+    if (listen_fd >= 0)
+        close(listen_fd);
 err_destroy:
     tcp_destroy(t);
     free(bs);
     return status;
+}
+
+zc_status_t zc_bootstrap_tcp_create_explicit(int rank, int size, const char *host, int port,
+                                             const char *job_id, int timeout_s,
+                                             zc_bootstrap_t **bs_p)
+{
+    return tcp_create(rank, size, host, port, -1, job_id, timeout_s, bs_p);
+}
+
+zc_status_t zc_bootstrap_tcp_create_listener(int rank, int size, const char *host, int port,
+                                             int listen_fd, const char *job_id, int timeout_s,
+                                             zc_bootstrap_t **bs_p)
+{
+    if ((rank == 0 && size > 1) != (listen_fd >= 0)) {
+        ZC_ERROR("bootstrap: rank %d of %d given listening socket %d: rank 0 of a job of several "
+                 "ranks needs one, other ranks none",
+                 rank, size, listen_fd);
+        if (listen_fd >= 0)
+            close(listen_fd);
+        return ZC_ERR_INVALID_ARG;
+    }
+    return tcp_create(rank, size, host, port, listen_fd, job_id, timeout_s, bs_p);
 }

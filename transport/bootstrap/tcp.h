@@ -105,4 +105,18 @@ zc_status_t zc_bootstrap_tcp_create_explicit(int rank, int size, const char *hos
                                              const char *job_id, int timeout_s,
                                              zc_bootstrap_t **bs_p);
 
+/*
+ * As zc_bootstrap_tcp_create_explicit, but rank 0 accepts the ranks on
+ * @p listen_fd, a socket already bound and listening (on @p port: the one the
+ * others were told), instead of opening one: a frontend that had to publish its
+ * address before knowing its rank (the NCCL CollNet plugin's listen handle)
+ * listens first and joins later. The call takes @p listen_fd and closes it when
+ * done with it, on failure too. Other ranks, and rank 0 of a job of one rank,
+ * pass -1 (a socket given where none is expected, or none where one is, is
+ * ZC_ERR_INVALID_ARG, and the socket is closed).
+ */
+zc_status_t zc_bootstrap_tcp_create_listener(int rank, int size, const char *host, int port,
+                                             int listen_fd, const char *job_id, int timeout_s,
+                                             zc_bootstrap_t **bs_p);
+
 #endif
