@@ -27,6 +27,7 @@
  * ratio >= 1 means zipccl is at least as fast: zipccl/perftest for
  * bandwidth, perftest/zipccl for latency. GB/s are 10^9 bytes per second.
  */
+#include "bench/pair_bootstrap.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/timer.h"
@@ -62,55 +63,6 @@ typedef struct options {
     int json;
     int cpu[2]; /* rank 0 and the perftest client, rank 1 and the server; -1: not pinned */
 } options_t;
-
-/* ---- a two-rank bootstrap over a socketpair ----------------------------------------------------
- */
-
-typedef struct pair_ctx {
-    int fd;
-    int rank;
-} pair_ctx_t;
-
-static int full_io(int fd, void *buf, size_t len, int writing)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = writing ? write(fd, p, len) : read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-static zc_status_t pair_allgather(void *ctx, const void *mine, size_t len, void *all)
-{
-    pair_ctx_t *c = ctx;
-    uint8_t *slots = all;
-    /* worker addresses are far below a socket buffer: both may write first */
-    if (full_io(c->fd, (void *)mine, len, 1) < 0 ||
-        full_io(c->fd, slots + (size_t)(1 - c->rank) * len, len, 0) < 0) {
-        fprintf(stderr, "transport_bench: rank %d: the other rank is gone\n", c->rank);
-        return ZC_ERR_IO;
-    }
-    memcpy(slots + (size_t)c->rank * len, mine, len);
-    return ZC_OK;
-}
-
-static zc_status_t pair_barrier(void *ctx)
-{
-    uint8_t mine = 1, all[2];
-    return pair_allgather(ctx, &mine, 1, all);
-}
-
-static const zc_bootstrap_ops_t pair_ops = {
-    .name = "socketpair",
-    .allgather = pair_allgather,
-    .barrier = pair_barrier,
-};
 
 /* ---- zipccl runs -------------------------------------------------------------------------------
  */
@@ -316,8 +268,8 @@ static int bw_iters(const options_t *o, size_t size)
 static int run_rank(int rank, int fd, const options_t *o, result_t *bw, result_t *lat)
 {
     zc_config_t cfg;
-    pair_ctx_t pc = {.fd = fd, .rank = rank};
-    zc_bootstrap_t bs = {.ops = &pair_ops, .ctx = &pc, .rank = rank, .size = 2};
+    bench_pair_t pc = {.fd = fd, .rank = rank};
+    zc_bootstrap_t bs = {.ops = &bench_pair_ops, .ctx = &pc, .rank = rank, .size = 2};
     zc_ucx_comm_t *comm;
     size_t max = 8;
 
@@ -355,7 +307,7 @@ static int run_rank(int rank, int fd, const options_t *o, result_t *bw, result_t
         int warmup = res->iters / 10 + 1;
         for (int rep = 0; rep < o->reps; rep++) {
             zc_status_t st;
-            if (pair_barrier(&pc) != ZC_OK)
+            if (bench_pair_barrier(&pc) != ZC_OK)
                 return 1;
             st = is_bw ? bw_run(comm, rank, res->size, warmup, o->window, buf, req)
                        : lat_run(comm, rank, res->size, warmup, buf);
@@ -386,7 +338,7 @@ static int run_rank(int rank, int fd, const options_t *o, result_t *bw, result_t
             }
         }
     }
-    pair_barrier(&pc);
+    bench_pair_barrier(&pc);
     zc_ucx_comm_destroy(comm);
     free(req);
     free(buf);

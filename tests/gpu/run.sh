@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU checks of the CUDA codecs in one go: builds (or takes a prepared
-# build dir), runs the 'gpu' test suite (device payloads against the host's,
-# decoders, corrupt payloads) and the GPU codec benchmark, then prints a
+# The GPU checks in one go: builds (or takes a prepared build dir), runs the
+# 'gpu' test suite (CUDA codecs: device payloads against the host's, decoders,
+# corrupt payloads; the real NCCL with the plugin, nccl_real.sh, and with the
+# preload library, preload_nccl.sh) and the GPU codec benchmark, then prints a
 # summary. Meant for a machine with a CUDA device; elsewhere both parts say
 # "no CUDA device" and the script exits 77 (skipped).
 #
@@ -19,7 +20,7 @@ bench_reps=${BENCH_REPS:-5}
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" "$root" -Dcuda=enabled || exit 1
 fi
-ninja -C "$build" tests/gpu/test_cuda_codecs bench/codec_bench || exit 1
+ninja -C "$build" || exit 1  # the plugin and the preload library too (nccl-real, preload-nccl)
 
 echo "== gpu test suite"
 tests_out=$("$root/scripts/run-tests.sh" "$build" --suite gpu 2>&1)

@@ -1,0 +1,482 @@
+/*
+ * ncclCollNet v11: NCCL hands each node head's share of an all-reduce (pieces
+ * of its staging buffer, in host memory) to iallreduce; zipccl reduces them
+ * among the heads, compressed per ZIPCCL_COLLNET_CODEC.
+ *
+ * Meeting the other heads: listen() opens a TCP socket on the device's address
+ * (port chosen by the kernel) and writes {magic, family, address, port, random
+ * nonce} into NCCL's 128-byte handle. NCCL gathers the handles of every node
+ * and calls connect(handles, nranks, rank) on each head: node 0 becomes the
+ * root of zipccl's tcp bootstrap on the socket it already listens on
+ * (zc_bootstrap_tcp_create_listener), the others connect to handles[0]'s
+ * address. The job id is made of node 0's nonce, so that a process of another
+ * communicator (another nonce) is rejected. Then zc_comm_create builds a
+ * communicator over that bootstrap with the CollNet codec.
+ *
+ * Stateless: NCCL slices its staging buffer per channel and step, so a buffer
+ * address is no tensor identity: error feedback is off and only stateless
+ * codecs are offered (none, qsgd, fp16, bf16).
+ *
+ * Threads: listen, connect, regMr, deregMr and closeColl run in NCCL's service
+ * thread, iallreduce and test in its progress thread, never at the same time
+ * on one collComm; the zipccl communicator runs without a progress thread of
+ * its own (NCCL's test() drives it).
+ */
+#include "plugin/nccl/plugin.h"
+
+#include "collectives/coll.h"
+#include "common/compiler.h"
+#include "common/log.h"
+#include "transport/bootstrap/tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define COLLNET_MAGIC UINT32_C(0x7a43434e) /* "zCCN" */
+/*
+ * All-reduces one collComm keeps in flight; beyond, iallreduce answers "retry"
+ * (NCCL keeps at most NCCL_STEPS = 8 per channel; zipccl's tags tell 4096 apart).
+ */
+#define COLLNET_MAX_REQUESTS 256
+/* test() reports sizes as int: NCCL splits larger operations to maxCollBytes. */
+#define COLLNET_MAX_BYTES (UINT64_C(1) << 30)
+
+/* What listen() publishes; NCCL copies it to every head. */
+typedef struct collnet_handle {
+    uint32_t magic;
+    uint16_t family; /* AF_INET or AF_INET6 */
+    uint16_t port;   /* host byte order */
+    uint8_t addr[16];
+    uint64_t nonce; /* random per listen: the job's identity */
+} collnet_handle_t;
+
+_Static_assert(sizeof(collnet_handle_t) <= NCCL_NET_HANDLE_MAXSIZE,
+               "the CollNet handle must fit NCCL's handle");
+
+typedef struct collnet_listen {
+    int fd; /* -1 once connect() gave it to the bootstrap */
+    int dev;
+    collnet_handle_t handle;
+} collnet_listen_t;
+
+typedef struct collnet_comm collnet_comm_t;
+
+typedef struct collnet_req {
+    collnet_comm_t *owner; /* NULL while free */
+    zc_request_t *zreq;
+    size_t bytes;
+} collnet_req_t;
+
+struct collnet_comm {
+    zc_comm_t *comm;
+    int rank, nranks;
+    int nfree;
+    int free_list[COLLNET_MAX_REQUESTS];
+    collnet_req_t reqs[COLLNET_MAX_REQUESTS];
+};
+
+typedef struct collnet_mr {
+    void *data;
+    size_t size;
+} collnet_mr_t;
+
+/* One context for every communicator: nothing in it depends on the communicator. */
+static struct collnet_ctx {
+    int initialized;
+} collnet_ctx;
+
+/* ---- init and devices ---------------------------------------------------------------------- */
+
+ncclResult_t zc_collnet_init(void **ctx, uint64_t commId, ncclDebugLogger_t logFunction)
+{
+    (void)commId;
+    if (!ctx)
+        return ncclInternalError;
+    ncclResult_t res = zc_nccl_setup(logFunction);
+    if (res != ncclSuccess)
+        return res;
+    collnet_ctx.initialized = 1;
+    *ctx = &collnet_ctx;
+    return ncclSuccess;
+}
+
+ncclResult_t zc_collnet_devices(int *ndev)
+{
+    if (!ndev)
+        return ncclInternalError;
+    *ndev = zc_nccl_ndevs();
+    return ncclSuccess;
+}
+
+ncclResult_t zc_collnet_get_properties(int dev, ncclNetProperties_v11_t *props)
+{
+    if (!props)
+        return ncclInternalError;
+    ncclResult_t res = zc_nccl_properties(dev, props);
+    if (res != ncclSuccess)
+        return res;
+    if (props->maxCollBytes == 0 || props->maxCollBytes > COLLNET_MAX_BYTES)
+        props->maxCollBytes = COLLNET_MAX_BYTES;
+    return ncclSuccess;
+}
+
+ncclResult_t zc_collnet_finalize(void *ctx)
+{
+    (void)ctx;
+    return ncclSuccess;
+}
+
+/* ---- listen and connect -------------------------------------------------------------------- */
+
+ncclResult_t zc_collnet_listen(void *ctx, int dev, void *handle, void **listenComm)
+{
+    struct sockaddr_storage ss;
+    unsigned len = sizeof(ss);
+    collnet_listen_t *lc;
+    ncclResult_t res;
+
+    (void)ctx;
+    if (!handle || !listenComm)
+        return ncclInternalError;
+    res = zc_nccl_device_addr(dev, &ss, &len);
+    if (res != ncclSuccess)
+        return res;
+    lc = calloc(1, sizeof(*lc));
+    if (!lc) {
+        ZC_ERROR("collnet: out of memory in listen");
+        return ncclSystemError;
+    }
+    lc->dev = dev;
+    lc->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (lc->fd < 0)
+        goto err_errno;
+    int one = 1;
+    (void)setsockopt(lc->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ss.ss_family == AF_INET)
+        ((struct sockaddr_in *)&ss)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)&ss)->sin6_port = 0;
+    if (bind(lc->fd, (struct sockaddr *)&ss, len) < 0 || listen(lc->fd, 128) < 0)
+        goto err_errno;
+    socklen_t sl = sizeof(ss);
+    if (getsockname(lc->fd, (struct sockaddr *)&ss, &sl) < 0)
+        goto err_errno;
+
+    collnet_handle_t *h = &lc->handle;
+    h->magic = COLLNET_MAGIC;
+    h->family = (uint16_t)ss.ss_family;
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+        memcpy(h->addr, &a->sin_addr, 4);
+        h->port = ntohs(a->sin_port);
+    } else {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+        memcpy(h->addr, &a->sin6_addr, 16);
+        h->port = ntohs(a->sin6_port);
+    }
+    if (getrandom(&h->nonce, sizeof(h->nonce), 0) != (ssize_t)sizeof(h->nonce))
+        goto err_errno;
+
+    memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
+    memcpy(handle, h, sizeof(*h));
+    *listenComm = lc;
+    return ncclSuccess;
+
+err_errno:
+    ZC_ERROR("collnet: cannot listen on device %d: %s", dev, strerror(errno));
+    if (lc->fd >= 0)
+        close(lc->fd);
+    free(lc);
+    return ncclSystemError;
+}
+
+/* Reads node @p node's handle into @p h; ncclInternalError (logged) when it is not ours. */
+static ncclResult_t read_handle(void *const handles[], int node, collnet_handle_t *h)
+{
+    if (!handles[node]) {
+        ZC_ERROR("collnet: NCCL passed no handle for node %d", node);
+        return ncclInternalError;
+    }
+    memcpy(h, handles[node], sizeof(*h));
+    if (h->magic != COLLNET_MAGIC || (h->family != AF_INET && h->family != AF_INET6) ||
+        h->port == 0) {
+        ZC_ERROR("collnet: the handle of node %d is not a zipccl CollNet handle (magic 0x%08x)",
+                 node, h->magic);
+        return ncclInternalError;
+    }
+    return ncclSuccess;
+}
+
+/*
+ * The configuration of the heads' communicator: the process's, with the
+ * CollNet codec, stateless, driven by NCCL's progress thread. ZIPCCL_ALGO=auto
+ * becomes a fixed algorithm: the cost model would weigh compression against
+ * the raw ring, while CollNet's whole point is the codec the user chose.
+ * qsgd: allgather for 2 heads (one quantization), scatter beyond (2(N-1)/N
+ * payloads on the wire instead of N-1); fp16 and bf16: the ring on payloads.
+ */
+static void collnet_config(int nranks, zc_config_t *cfg)
+{
+    *cfg = *zc_nccl_config();
+    cfg->codec = cfg->collnet_codec;
+    cfg->qsgd_bits = cfg->collnet_qsgd_bits;
+    cfg->qsgd_levels = ZC_CONFIG_AUTO;
+    cfg->qsgd_ef = 0;
+    cfg->gradiveq_ef = 0;
+    cfg->progress_thread = 0;
+    if (cfg->algo == ZC_POLICY_ALGO_AUTO && cfg->codec != ZC_CODEC_NONE) {
+        if (cfg->codec == ZC_CODEC_QSGD)
+            cfg->algo = nranks > 2 ? 3 /* scatter */ : 2 /* allgather */;
+        else
+            cfg->algo = 1; /* ring */
+    }
+}
+
+static void collnet_comm_free(collnet_comm_t *cc)
+{
+    if (!cc)
+        return;
+    for (int i = 0; i < COLLNET_MAX_REQUESTS; i++) {
+        if (cc->reqs[i].owner && cc->reqs[i].zreq)
+            (void)zc_wait(&cc->reqs[i].zreq); /* NCCL closes after the last test; a safety net */
+    }
+    zc_comm_destroy(cc->comm);
+    free(cc);
+}
+
+ncclResult_t zc_collnet_connect(void *handles[], int nranks, int rank, void *listenComm,
+                                void **collComm)
+{
+    collnet_listen_t *lc = listenComm;
+    collnet_handle_t root, mine;
+    zc_bootstrap_t *bs = NULL;
+    zc_config_t cfg;
+    zc_status_t status;
+    char host[INET6_ADDRSTRLEN], job[64];
+    ncclResult_t res;
+
+    if (!handles || nranks < 1 || rank < 0 || rank >= nranks || !lc || !collComm) {
+        ZC_ERROR("collnet: connect called with bad arguments (node %d of %d)", rank, nranks);
+        return ncclInternalError;
+    }
+    if ((res = read_handle(handles, 0, &root)) != ncclSuccess ||
+        (res = read_handle(handles, rank, &mine)) != ncclSuccess)
+        return res;
+    if (mine.nonce != lc->handle.nonce) {
+        ZC_ERROR("collnet: node %d's handle is not the one this process published in listen", rank);
+        return ncclInternalError;
+    }
+    if (rank == 0 && lc->fd < 0) {
+        ZC_ERROR("collnet: listen comm of node 0 used for a second connect");
+        return ncclInternalError;
+    }
+    inet_ntop(root.family, root.addr, host, sizeof(host));
+    snprintf(job, sizeof(job), "nccl-collnet-%016" PRIx64 "-%d", root.nonce, nranks);
+    collnet_config(nranks, &cfg);
+
+    collnet_comm_t *cc = calloc(1, sizeof(*cc));
+    if (!cc) {
+        ZC_ERROR("collnet: out of memory in connect");
+        return ncclSystemError;
+    }
+    cc->rank = rank;
+    cc->nranks = nranks;
+    for (int i = 0; i < COLLNET_MAX_REQUESTS; i++)
+        cc->free_list[i] = COLLNET_MAX_REQUESTS - 1 - i;
+    cc->nfree = COLLNET_MAX_REQUESTS;
+
+    int fd = -1;
+    if (rank == 0 && nranks > 1) {
+        fd = lc->fd; /* the bootstrap takes it, and closes it */
+        lc->fd = -1;
+    }
+    status = zc_bootstrap_tcp_create_listener(rank, nranks, host, root.port, fd, job,
+                                              (int)cfg.timeout_s, &bs);
+    if (status == ZC_OK)
+        status = zc_comm_create(&cfg, bs, &cc->comm); /* takes bs */
+    if (status != ZC_OK) {
+        ZC_WARN("collnet: node %d of %d could not join the heads' communicator (root %s port %u): "
+                "%s; NCCL uses point-to-point instead",
+                rank, nranks, host, root.port, zc_status_string(status));
+        free(cc);
+        return zc_nccl_result(status);
+    }
+    static const char *const algo_names[] = {"auto", "ring", "allgather", "scatter"};
+    ZC_INFO("collnet: node %d of %d connected: codec %s (qsgd %" PRId64
+            " bits), algorithm %s, compressed from %" PRId64 " bytes",
+            rank, nranks, zc_codec_name((zc_codec_id_t)cfg.codec), cfg.qsgd_bits,
+            algo_names[cfg.algo], cfg.min_bytes);
+    *collComm = cc;
+    return ncclSuccess;
+}
+
+ncclResult_t zc_collnet_close_listen(void *listenComm)
+{
+    collnet_listen_t *lc = listenComm;
+    if (!lc)
+        return ncclSuccess;
+    if (lc->fd >= 0)
+        close(lc->fd);
+    free(lc);
+    return ncclSuccess;
+}
+
+ncclResult_t zc_collnet_close_coll(void *collComm)
+{
+    collnet_comm_free(collComm);
+    return ncclSuccess;
+}
+
+/* ---- what zipccl reduces ------------------------------------------------------------------- */
+
+/* NCCL's type as zipccl's: 0 for fp8 and unknown values. */
+static int map_dtype(ncclDataType_t type, zc_dtype_t *dtype_p)
+{
+    static const zc_dtype_t map[] = {
+        [ncclInt8] = ZC_DTYPE_I8,       [ncclUint8] = ZC_DTYPE_U8,    [ncclInt32] = ZC_DTYPE_I32,
+        [ncclUint32] = ZC_DTYPE_U32,    [ncclInt64] = ZC_DTYPE_I64,   [ncclUint64] = ZC_DTYPE_U64,
+        [ncclFloat16] = ZC_DTYPE_F16,   [ncclFloat32] = ZC_DTYPE_F32, [ncclFloat64] = ZC_DTYPE_F64,
+        [ncclBfloat16] = ZC_DTYPE_BF16,
+    };
+    if ((unsigned)type >= ZC_ARRAY_SIZE(map))
+        return 0;
+    *dtype_p = map[type];
+    return 1;
+}
+
+/* NCCL's operation as zipccl's (Avg and PreMulSum arrive as Sum); 0 for others. */
+static int map_op(ncclRedOp_t op, zc_redop_t *op_p)
+{
+    switch (op) {
+    case ncclSum: *op_p = ZC_OP_SUM; return 1;
+    case ncclProd: *op_p = ZC_OP_PROD; return 1;
+    case ncclMax: *op_p = ZC_OP_MAX; return 1;
+    case ncclMin: *op_p = ZC_OP_MIN; return 1;
+    default: return 0;
+    }
+}
+
+ncclResult_t zc_collnet_reduce_support(ncclDataType_t dataType, ncclRedOp_t redOp, int *supported)
+{
+    zc_dtype_t dt;
+    zc_redop_t op;
+    if (!supported)
+        return ncclInternalError;
+    *supported = map_dtype(dataType, &dt) && map_op(redOp, &op);
+    return ncclSuccess;
+}
+
+/* ---- memory: host only, nothing to pin ----------------------------------------------------- */
+
+ncclResult_t zc_collnet_reg_mr(void *collComm, void *data, size_t size, int type, void **mhandle)
+{
+    if (!collComm || !data || !mhandle)
+        return ncclInternalError;
+    if (type != NCCL_PTR_HOST) {
+        ZC_ERROR("collnet: cannot register memory of type 0x%x (only host memory, NCCL_PTR_HOST)",
+                 type);
+        return ncclInternalError;
+    }
+    collnet_mr_t *mr = malloc(sizeof(*mr));
+    if (!mr)
+        return ncclSystemError;
+    mr->data = data;
+    mr->size = size;
+    *mhandle = mr;
+    return ncclSuccess;
+}
+
+ncclResult_t zc_collnet_reg_mr_dmabuf(void *collComm, void *data, size_t size, int type,
+                                      uint64_t offset, int fd, void **mhandle)
+{
+    (void)offset;
+    (void)fd;
+    return zc_collnet_reg_mr(collComm, data, size, type, mhandle);
+}
+
+ncclResult_t zc_collnet_dereg_mr(void *collComm, void *mhandle)
+{
+    if (!collComm)
+        return ncclInternalError;
+    free(mhandle);
+    return ncclSuccess;
+}
+
+/* ---- the data path ------------------------------------------------------------------------- */
+
+ncclResult_t zc_collnet_iallreduce(void *collComm, void *sendData, void *recvData, size_t count,
+                                   ncclDataType_t dataType, ncclRedOp_t redOp, void *sendMhandle,
+                                   void *recvMhandle, void **request)
+{
+    collnet_comm_t *cc = collComm;
+    zc_dtype_t dt;
+    zc_redop_t op;
+
+    (void)sendMhandle;
+    (void)recvMhandle;
+    if (!cc || !sendData || !recvData || count == 0 || !request)
+        return ncclInternalError;
+    if (!map_dtype(dataType, &dt) || !map_op(redOp, &op)) {
+        ZC_ERROR("collnet: iallreduce of type %d with operation %d, which reduceSupport declined",
+                 (int)dataType, (int)redOp);
+        return ncclInternalError;
+    }
+    if (count > COLLNET_MAX_BYTES / zc_dtype_bytes(dt)) {
+        ZC_ERROR("collnet: iallreduce of %zu elements exceeds maxCollBytes", count);
+        return ncclInternalError;
+    }
+    if (cc->nfree == 0) {
+        *request = NULL; /* back-pressure: NCCL posts it again later */
+        return ncclSuccess;
+    }
+    collnet_req_t *req = &cc->reqs[cc->free_list[cc->nfree - 1]];
+    /* key 0: stateless codecs keep no state under it */
+    zc_status_t status = zc_iallreduce(cc->comm, sendData, recvData, count, dt, op, 0, &req->zreq);
+    if (status != ZC_OK)
+        return zc_nccl_result(status);
+    cc->nfree--;
+    req->owner = cc;
+    req->bytes = count * zc_dtype_bytes(dt);
+    *request = req;
+    return ncclSuccess;
+}
+
+ncclResult_t zc_collnet_iflush(void *collComm, void *data, int size, void *mhandle, void **request)
+{
+    (void)data;
+    (void)size;
+    (void)mhandle;
+    if (!collComm || !request)
+        return ncclInternalError;
+    *request = NULL; /* host memory: the CPU wrote it, nothing to flush */
+    return ncclSuccess;
+}
+
+ncclResult_t zc_collnet_test(void *request, int *done, int *size)
+{
+    collnet_req_t *req = request;
+    if (!req || !done || !req->owner || !req->zreq)
+        return ncclInternalError;
+    zc_status_t status = zc_test(&req->zreq);
+    if (status == ZC_INPROGRESS) {
+        *done = 0;
+        return ncclSuccess;
+    }
+    collnet_comm_t *cc = req->owner;
+    req->owner = NULL;
+    req->zreq = NULL;
+    cc->free_list[cc->nfree++] = (int)(req - cc->reqs);
+    if (status != ZC_OK)
+        return zc_nccl_result(status); /* the collectives layer logged the cause */
+    *done = 1;
+    if (size)
+        *size = (int)req->bytes;
+    return ncclSuccess;
+}

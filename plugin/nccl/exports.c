@@ -1,0 +1,170 @@
+/*
+ * Every symbol libnccl-net-zipccl.so exports (nccl-net.map says the same and
+ * tests/plugin checks nothing else leaks): the net and CollNet tables NCCL
+ * looks up with dlsym, newest first. Version 11 points at the implementation;
+ * 10, 9 and 8 at the adapters where a signature differs.
+ */
+#include "plugin/nccl/plugin.h"
+
+#define ZC_NCCL_EXPORT __attribute__((visibility("default")))
+
+ZC_NCCL_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
+    .name = ZC_NCCL_PLUGIN_NAME,
+    .init = zc_net_init,
+    .devices = zc_net_devices,
+    .getProperties = zc_net_get_properties,
+    .listen = zc_net_listen,
+    .connect = zc_net_connect,
+    .accept = zc_net_accept,
+    .regMr = zc_net_reg_mr,
+    .regMrDmaBuf = zc_net_reg_mr_dmabuf,
+    .deregMr = zc_net_dereg_mr,
+    .isend = zc_net_isend,
+    .irecv = zc_net_irecv,
+    .iflush = zc_net_iflush,
+    .test = zc_net_test,
+    .closeSend = zc_net_close_send,
+    .closeRecv = zc_net_close_recv,
+    .closeListen = zc_net_close_listen,
+    .getDeviceMr = NULL,
+    .irecvConsumed = NULL,
+    .makeVDevice = NULL,
+    .finalize = zc_net_finalize,
+    .setNetAttr = NULL,
+};
+
+ZC_NCCL_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
+    .name = ZC_NCCL_PLUGIN_NAME,
+    .init = zc_net_v10_init,
+    .devices = zc_net_devices,
+    .getProperties = zc_net_v10_get_properties,
+    .listen = zc_net_v10_listen,
+    .connect = zc_net_v10_connect,
+    .accept = zc_net_accept,
+    .regMr = zc_net_reg_mr,
+    .regMrDmaBuf = zc_net_reg_mr_dmabuf,
+    .deregMr = zc_net_dereg_mr,
+    .isend = zc_net_isend,
+    .irecv = zc_net_irecv,
+    .iflush = zc_net_iflush,
+    .test = zc_net_test,
+    .closeSend = zc_net_close_send,
+    .closeRecv = zc_net_close_recv,
+    .closeListen = zc_net_close_listen,
+};
+
+ZC_NCCL_EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
+    .name = ZC_NCCL_PLUGIN_NAME,
+    .init = zc_net_v9_init,
+    .devices = zc_net_devices,
+    .getProperties = zc_net_v10_get_properties,
+    .listen = zc_net_v10_listen,
+    .connect = zc_net_v9_connect,
+    .accept = zc_net_accept,
+    .regMr = zc_net_reg_mr,
+    .regMrDmaBuf = zc_net_reg_mr_dmabuf,
+    .deregMr = zc_net_dereg_mr,
+    .isend = zc_net_v9_isend,
+    .irecv = zc_net_v9_irecv,
+    .iflush = zc_net_iflush,
+    .test = zc_net_test,
+    .closeSend = zc_net_close_send,
+    .closeRecv = zc_net_close_recv,
+    .closeListen = zc_net_close_listen,
+};
+
+ZC_NCCL_EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {
+    .name = ZC_NCCL_PLUGIN_NAME,
+    .init = zc_net_v9_init,
+    .devices = zc_net_devices,
+    .getProperties = zc_net_v8_get_properties,
+    .listen = zc_net_v10_listen,
+    .connect = zc_net_v9_connect,
+    .accept = zc_net_accept,
+    .regMr = zc_net_reg_mr,
+    .regMrDmaBuf = zc_net_reg_mr_dmabuf,
+    .deregMr = zc_net_dereg_mr,
+    .isend = zc_net_v8_isend,
+    .irecv = zc_net_v8_irecv,
+    .iflush = zc_net_iflush,
+    .test = zc_net_test,
+    .closeSend = zc_net_close_send,
+    .closeRecv = zc_net_close_recv,
+    .closeListen = zc_net_close_listen,
+};
+
+ZC_NCCL_EXPORT const ncclCollNet_v11_t ncclCollNetPlugin_v11 = {
+    .name = ZC_NCCL_PLUGIN_NAME,
+    .init = zc_collnet_init,
+    .devices = zc_collnet_devices,
+    .getProperties = zc_collnet_get_properties,
+    .listen = zc_collnet_listen,
+    .connect = zc_collnet_connect,
+    .reduceSupport = zc_collnet_reduce_support,
+    .regMr = zc_collnet_reg_mr,
+    .regMrDmaBuf = zc_collnet_reg_mr_dmabuf,
+    .deregMr = zc_collnet_dereg_mr,
+    .iallreduce = zc_collnet_iallreduce,
+    .iallgather = NULL,
+    .ireducescatter = NULL,
+    .iflush = zc_collnet_iflush,
+    .test = zc_collnet_test,
+    .closeColl = zc_collnet_close_coll,
+    .closeListen = zc_collnet_close_listen,
+    .makeVDevice = NULL,
+    .finalize = zc_collnet_finalize,
+};
+
+ZC_NCCL_EXPORT const ncclCollNet_v10_t ncclCollNetPlugin_v10 = {
+    .name = ZC_NCCL_PLUGIN_NAME,
+    .init = zc_collnet_v9_init,
+    .devices = zc_collnet_devices,
+    .getProperties = zc_collnet_v10_get_properties,
+    .listen = zc_collnet_v9_listen,
+    .connect = zc_collnet_connect,
+    .reduceSupport = zc_collnet_reduce_support,
+    .regMr = zc_collnet_reg_mr,
+    .regMrDmaBuf = zc_collnet_reg_mr_dmabuf,
+    .deregMr = zc_collnet_dereg_mr,
+    .iallreduce = zc_collnet_iallreduce,
+    .iflush = zc_collnet_iflush,
+    .test = zc_collnet_test,
+    .closeColl = zc_collnet_close_coll,
+    .closeListen = zc_collnet_close_listen,
+};
+
+ZC_NCCL_EXPORT const ncclCollNet_v9_t ncclCollNetPlugin_v9 = {
+    .name = ZC_NCCL_PLUGIN_NAME,
+    .init = zc_collnet_v9_init,
+    .devices = zc_collnet_devices,
+    .getProperties = zc_collnet_v10_get_properties,
+    .listen = zc_collnet_v9_listen,
+    .connect = zc_collnet_connect,
+    .reduceSupport = zc_collnet_reduce_support,
+    .regMr = zc_collnet_reg_mr,
+    .regMrDmaBuf = zc_collnet_reg_mr_dmabuf,
+    .deregMr = zc_collnet_dereg_mr,
+    .iallreduce = zc_collnet_iallreduce,
+    .iflush = zc_collnet_iflush,
+    .test = zc_collnet_test,
+    .closeColl = zc_collnet_close_coll,
+    .closeListen = zc_collnet_close_listen,
+};
+
+ZC_NCCL_EXPORT const ncclCollNet_v8_t ncclCollNetPlugin_v8 = {
+    .name = ZC_NCCL_PLUGIN_NAME,
+    .init = zc_collnet_v9_init,
+    .devices = zc_collnet_devices,
+    .getProperties = zc_collnet_v8_get_properties,
+    .listen = zc_collnet_v9_listen,
+    .connect = zc_collnet_connect,
+    .reduceSupport = zc_collnet_reduce_support,
+    .regMr = zc_collnet_reg_mr,
+    .regMrDmaBuf = zc_collnet_reg_mr_dmabuf,
+    .deregMr = zc_collnet_dereg_mr,
+    .iallreduce = zc_collnet_v8_iallreduce,
+    .iflush = zc_collnet_iflush,
+    .test = zc_collnet_test,
+    .closeColl = zc_collnet_close_coll,
+    .closeListen = zc_collnet_close_listen,
+};

@@ -1,0 +1,996 @@
+/*
+ * The CollNet half of libnccl-net-zipccl.so, driven as NCCL drives it: each
+ * rank (a node head, a process forked by the harness) dlopens the plugin,
+ * looks up ncclCollNetPlugin_v11 (or _v8), calls init, devices, getProperties
+ * and listen, the heads swap their 128-byte handles (through files in a
+ * temporary folder, as NCCL would through its bootstrap), then connect,
+ * reduceSupport, regMr of one region twice, iallreduce of many chunks with
+ * several in flight, test until done, closeColl, finalize.
+ *
+ *   test_collnet CASE PLUGIN_PATH
+ *
+ * Cases:
+ *   abi          table name and slots, the 48 reduceSupport answers, bad arguments
+ *   bad-config   init with a bad ZIPCCL_COLLNET_CODEC: ncclInvalidUsage
+ *   raw-N        N heads, default codec (qsgd): every integer type (sum, prod, max, min),
+ *                f32/f64/f16/bf16 max, min, prod, and float sums below ZIPCCL_MIN_BYTES:
+ *                all exact; bad arguments after connect
+ *   none-N       ZIPCCL_COLLNET_CODEC=none: 4 MiB of f32 sums in 16 chunks, exact
+ *   qsgd-N, fp16-N, bf16-N
+ *                the same chunks compressed: within the codec's bound, bit-identical
+ *                on every head, and (qsgd) not exact (so compression did happen)
+ *   v8           the v8 table on 2 heads: int counts, v8 properties, raw and qsgd
+ *   kill         3 heads, one killed after connect: test() fails on the others
+ *                (ncclRemoteError or ncclSystemError) within ZIPCCL_TIMEOUT_S
+ *
+ * Inputs are chosen so that exact results are exact in floating point (small
+ * integers, powers of two); compressed inputs are uniform in [-a_r, a_r] with
+ * a_r = 1 + r/4, as tests/integration/test_allreduce.c, whose bounds these are.
+ */
+#include "harness.h"
+
+#include "common/half.h"
+#include "plugin/nccl/nccl_abi.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FAILED_AS_EXPECTED 3
+#define REGION_BYTES (8u << 20) /* send half, receive half, as NCCL's staging region */
+#define HALF_BYTES (REGION_BYTES / 2)
+#define CHUNK_BYTES (256u << 10)
+#define NCHUNKS (HALF_BYTES / CHUNK_BYTES) /* 16 */
+#define WINDOW 6                           /* chunks in flight */
+#define QSGD_BITS 8                        /* ZIPCCL_COLLNET_QSGD_BITS default: s = 127 */
+
+static int my_rank = -1, nranks;
+static const char *plugin_path, *xdir;
+static int use_v8;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "rank %d: check failed: %s: ", my_rank, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_OK(expr) CHECK((res = (expr)) == ncclSuccess, "%s returned %d", #expr, (int)res)
+
+/* ---- NCCL's side: logger, the table behind one interface ----------------------------------- */
+
+static char logged[32768];
+
+static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+                   const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    size_t used = strlen(logged);
+    snprintf(logged + used, sizeof(logged) - used, "%s\n", msg);
+    if (level <= NCCL_LOG_WARN)
+        fprintf(stderr, "rank %d: NCCL WARN %s\n", my_rank, msg);
+    (void)flags;
+    (void)file;
+    (void)line;
+}
+
+/* The v11 and v8 tables seen through the v11 signatures (v8 differs in init, props, count). */
+typedef struct coll {
+    const ncclCollNet_v11_t *v11;
+    const ncclCollNet_v8_t *v8;
+    void *ctx;
+} coll_t;
+
+static coll_t cn;
+
+static ncclResult_t cn_init(void)
+{
+    return cn.v8 ? cn.v8->init(logger) : cn.v11->init(&cn.ctx, 0x1234, logger);
+}
+static ncclResult_t cn_devices(int *n)
+{
+    return cn.v8 ? cn.v8->devices(n) : cn.v11->devices(n);
+}
+static ncclResult_t cn_listen(int dev, void *handle, void **lc)
+{
+    return cn.v8 ? cn.v8->listen(dev, handle, lc) : cn.v11->listen(cn.ctx, dev, handle, lc);
+}
+static ncclResult_t cn_connect(void **handles, int n, int rank, void *lc, void **cc)
+{
+    return cn.v8 ? cn.v8->connect(handles, n, rank, lc, cc)
+                 : cn.v11->connect(handles, n, rank, lc, cc);
+}
+static ncclResult_t cn_reg_mr(void *cc, void *data, size_t size, int type, void **mh)
+{
+    return cn.v8 ? cn.v8->regMr(cc, data, size, type, mh) : cn.v11->regMr(cc, data, size, type, mh);
+}
+static ncclResult_t cn_dereg_mr(void *cc, void *mh)
+{
+    return cn.v8 ? cn.v8->deregMr(cc, mh) : cn.v11->deregMr(cc, mh);
+}
+static ncclResult_t cn_iallreduce(void *cc, void *s, void *r, size_t count, ncclDataType_t t,
+                                  ncclRedOp_t o, void *smh, void *rmh, void **req)
+{
+    if (cn.v8)
+        return cn.v8->iallreduce(cc, s, r, (int)count, t, o, smh, rmh, req);
+    return cn.v11->iallreduce(cc, s, r, count, t, o, smh, rmh, req);
+}
+static ncclResult_t cn_iflush(void *cc, void *data, int size, void *mh, void **req)
+{
+    return cn.v8 ? cn.v8->iflush(cc, data, size, mh, req) : cn.v11->iflush(cc, data, size, mh, req);
+}
+static ncclResult_t cn_test(void *req, int *done, int *size)
+{
+    return cn.v8 ? cn.v8->test(req, done, size) : cn.v11->test(req, done, size);
+}
+static ncclResult_t cn_close_coll(void *cc)
+{
+    return cn.v8 ? cn.v8->closeColl(cc) : cn.v11->closeColl(cc);
+}
+static ncclResult_t cn_close_listen(void *lc)
+{
+    return cn.v8 ? cn.v8->closeListen(lc) : cn.v11->closeListen(lc);
+}
+
+static int open_plugin(void)
+{
+    void *lib = dlopen(plugin_path, RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib, "dlopen %s: %s", plugin_path, dlerror());
+    if (use_v8) {
+        cn.v8 = dlsym(lib, "ncclCollNetPlugin_v8");
+        CHECK(cn.v8, "no ncclCollNetPlugin_v8");
+    } else {
+        cn.v11 = dlsym(lib, "ncclCollNetPlugin_v11");
+        CHECK(cn.v11, "no ncclCollNetPlugin_v11");
+    }
+    return 0;
+}
+
+/* ---- the handles: each head writes its own, reads everyone's -------------------------------- */
+
+static int wait_file(const char *path, void *buf, size_t len, double timeout_s)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        int fd = open(path, O_RDONLY);
+        if (fd >= 0) {
+            ssize_t got = read(fd, buf, len);
+            close(fd);
+            if (got == (ssize_t)len)
+                return 0;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) * 1e-9 > timeout_s)
+            return -1;
+        usleep(2000);
+    }
+}
+
+/* Publishes @p len bytes under @p name for this rank (written whole, then renamed). */
+static int publish(const char *name, const void *mine, size_t len)
+{
+    char tmp[512], path[512];
+    snprintf(tmp, sizeof(tmp), "%s/.%s-%d", xdir, name, my_rank);
+    snprintf(path, sizeof(path), "%s/%s-%d", xdir, name, my_rank);
+    FILE *f = fopen(tmp, "wb");
+    CHECK(f && fwrite(mine, 1, len, f) == len && fclose(f) == 0, "cannot write %s", tmp);
+    CHECK(rename(tmp, path) == 0, "rename %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Publishes @p len bytes under @p name for this rank, then gathers every rank's into @p all. */
+static int exchange(const char *name, const void *mine, size_t len, void *all)
+{
+    char path[512];
+    if (publish(name, mine, len))
+        return 1;
+    for (int r = 0; r < nranks; r++) {
+        snprintf(path, sizeof(path), "%s/%s-%d", xdir, name, r);
+        CHECK(wait_file(path, (char *)all + (size_t)r * len, len, 30) == 0,
+              "rank %d's %s did not come", r, name);
+    }
+    return 0;
+}
+
+/* ---- setting up one head ------------------------------------------------------------------- */
+
+typedef struct head {
+    void *lcomm, *ccomm;
+    uint8_t *region;
+    void *mh_send, *mh_recv;
+} head_t;
+
+/* Every rank's listen handle, after head_listen. */
+static uint8_t all_handles[ZC_HARNESS_MAX_RANKS][NCCL_NET_HANDLE_MAXSIZE];
+
+/* init, devices, getProperties, listen, and the exchange of the handles. */
+static int head_listen(head_t *h)
+{
+    ncclResult_t res;
+    int ndev = 0;
+    uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
+
+    memset(h, 0, sizeof(*h));
+    zc_harness_step("init");
+    if (open_plugin())
+        return 1;
+    CHECK_OK(cn_init());
+    CHECK_OK(cn_devices(&ndev));
+    CHECK(ndev >= 1, "%d devices", ndev);
+    if (cn.v8) {
+        ncclNetProperties_v8_t p;
+        CHECK_OK(cn.v8->getProperties(0, &p));
+        CHECK(p.name && p.name[0], "device 0 has no name");
+        CHECK(p.ptrSupport == NCCL_PTR_HOST, "ptrSupport 0x%x", p.ptrSupport);
+    } else {
+        ncclNetProperties_v11_t p;
+        CHECK_OK(cn.v11->getProperties(0, &p));
+        CHECK(p.name && p.name[0], "device 0 has no name");
+        CHECK(p.ptrSupport == NCCL_PTR_HOST, "ptrSupport 0x%x", p.ptrSupport);
+        CHECK(p.maxCollBytes > 0 && p.maxCollBytes <= (1u << 30), "maxCollBytes %zu",
+              p.maxCollBytes);
+        CHECK(p.netDeviceType == NCCL_NET_DEVICE_HOST, "device type %d", (int)p.netDeviceType);
+    }
+
+    zc_harness_step("listen");
+    memset(handle, 0xee, sizeof(handle));
+    CHECK_OK(cn_listen(0, handle, &h->lcomm));
+    CHECK(h->lcomm, "listen gave a NULL listenComm");
+    return exchange("handle", handle, sizeof(handle), all_handles);
+}
+
+/* connect among the first nranks ranks, closeListen, and the staging region registered twice. */
+static int head_connect(head_t *h)
+{
+    ncclResult_t res;
+    void *handles[ZC_HARNESS_MAX_RANKS];
+    for (int r = 0; r < nranks; r++)
+        handles[r] = all_handles[r];
+
+    zc_harness_step("connect");
+    CHECK_OK(cn_connect(handles, nranks, my_rank, h->lcomm, &h->ccomm));
+    CHECK(h->ccomm, "connect gave a NULL collComm");
+    CHECK_OK(cn_close_listen(h->lcomm));
+    h->lcomm = NULL;
+
+    /* one staging region, registered by the send and by the receive connector */
+    h->region = aligned_alloc(4096, REGION_BYTES);
+    CHECK(h->region, "out of memory");
+    memset(h->region, 0, REGION_BYTES);
+    CHECK_OK(cn_reg_mr(h->ccomm, h->region, REGION_BYTES, NCCL_PTR_HOST, &h->mh_send));
+    CHECK_OK(cn_reg_mr(h->ccomm, h->region, REGION_BYTES, NCCL_PTR_HOST, &h->mh_recv));
+    CHECK(h->mh_send && h->mh_recv, "NULL memory handles");
+    return 0;
+}
+
+static int head_up(head_t *h)
+{
+    return head_listen(h) || head_connect(h);
+}
+
+static int head_down(head_t *h)
+{
+    ncclResult_t res;
+    zc_harness_step("close");
+    CHECK_OK(cn_dereg_mr(h->ccomm, h->mh_send));
+    CHECK_OK(cn_dereg_mr(h->ccomm, h->mh_recv));
+    CHECK_OK(cn_close_coll(h->ccomm));
+    if (cn.v11)
+        CHECK_OK(cn.v11->finalize(cn.ctx));
+    free(h->region);
+    return 0;
+}
+
+/* ---- posting chunks as NCCL does ----------------------------------------------------------- */
+
+static size_t type_size(ncclDataType_t t)
+{
+    static const size_t s[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+    return s[t];
+}
+
+/*
+ * All-reduces @p nchunks chunks of @p chunk_bytes from the send half into the
+ * receive half, at most WINDOW in flight, posted and tested in order (a NULL
+ * request is retried). Returns 0, or 1 after a failed check; *@p failed_p gets
+ * the first error test() returned when @p failed_p is given (then errors end the
+ * loop instead of failing the check).
+ */
+static int run_chunks(head_t *h, size_t nchunks, size_t chunk_bytes, ncclDataType_t t,
+                      ncclRedOp_t op, ncclResult_t *failed_p)
+{
+    void *reqs[NCHUNKS];
+    size_t posted = 0, completed = 0, count = chunk_bytes / type_size(t);
+    ncclResult_t res;
+
+    CHECK(nchunks <= NCHUNKS, "too many chunks");
+    while (completed < nchunks) {
+        while (posted < nchunks && posted - completed < WINDOW) {
+            void *req = NULL;
+            uint8_t *send = h->region + posted * chunk_bytes;
+            res = cn_iallreduce(h->ccomm, send, send + HALF_BYTES, count, t, op, h->mh_send,
+                                h->mh_recv, &req);
+            if (failed_p && res != ncclSuccess) {
+                *failed_p = res;
+                return 0;
+            }
+            CHECK(res == ncclSuccess, "iallreduce of chunk %zu returned %d", posted, (int)res);
+            if (!req)
+                break; /* back-pressure: post it again after some tests */
+            reqs[posted++] = req;
+        }
+        int done = 0, size = -1;
+        res = cn_test(reqs[completed], &done, &size);
+        if (failed_p && res != ncclSuccess) {
+            *failed_p = res;
+            return 0;
+        }
+        CHECK(res == ncclSuccess, "test of chunk %zu returned %d", completed, (int)res);
+        if (done) {
+            CHECK(size == (int)chunk_bytes, "chunk %zu: test reported %d bytes, expected %zu",
+                  completed, size, chunk_bytes);
+            completed++;
+        } else {
+            sched_yield(); /* ranks outnumber cores here: let the one with work run */
+        }
+    }
+    /* iflush: nothing to flush in host memory */
+    void *freq = (void *)1;
+    CHECK_OK(cn_iflush(h->ccomm, h->region + HALF_BYTES, (int)chunk_bytes, h->mh_recv, &freq));
+    CHECK(freq == NULL, "iflush returned a request for host memory");
+    return 0;
+}
+
+/* ---- values ------------------------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= UINT64_C(0xff51afd7ed558ccd);
+    x ^= x >> 33;
+    x *= UINT64_C(0xc4ceb9fe1a85ec53);
+    x ^= x >> 33;
+    return x;
+}
+
+/* A small integer in [lo, hi] for rank r, element i, stream s. */
+static int64_t small_int(int r, size_t i, unsigned s, int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(mix((uint64_t)s << 48 ^ (uint64_t)r << 40 ^ i) % (uint64_t)(hi - lo + 1));
+}
+
+static double get_value(ncclDataType_t t, const void *buf, size_t i)
+{
+    switch (t) {
+    case ncclInt8: return ((const int8_t *)buf)[i];
+    case ncclUint8: return ((const uint8_t *)buf)[i];
+    case ncclInt32: return ((const int32_t *)buf)[i];
+    case ncclUint32: return ((const uint32_t *)buf)[i];
+    case ncclInt64: return (double)((const int64_t *)buf)[i];
+    case ncclUint64: return (double)((const uint64_t *)buf)[i];
+    case ncclFloat16: return zc_f16_to_f32(((const uint16_t *)buf)[i]);
+    case ncclFloat32: return ((const float *)buf)[i];
+    case ncclFloat64: return ((const double *)buf)[i];
+    case ncclBfloat16: return zc_bf16_to_f32(((const uint16_t *)buf)[i]);
+    default: return NAN;
+    }
+}
+
+static void put_value(ncclDataType_t t, void *buf, size_t i, double v)
+{
+    switch (t) {
+    case ncclInt8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case ncclUint8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case ncclInt32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case ncclUint32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case ncclInt64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case ncclUint64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+    case ncclFloat16: ((uint16_t *)buf)[i] = zc_f32_to_f16((float)v); break;
+    case ncclFloat32: ((float *)buf)[i] = (float)v; break;
+    case ncclFloat64: ((double *)buf)[i] = v; break;
+    case ncclBfloat16: ((uint16_t *)buf)[i] = zc_f32_to_bf16((float)v); break;
+    default: break;
+    }
+}
+
+/*
+ * Rank r's exact input for (t, op) at i: products of values in {1, 2, -1, 1/2} (floats)
+ * or {1, 2, -1} (integers; unsigned {1, 2, 3}) stay exact and in range for 4 ranks;
+ * sums of integers in [-20, 20] ([0, 40] unsigned) stay exact in every type, bf16's
+ * 8-bit significand included (|sum| <= 160 needs 8 bits).
+ */
+static double exact_input(ncclDataType_t t, ncclRedOp_t op, int r, size_t i)
+{
+    int is_unsigned = t == ncclUint8 || t == ncclUint32 || t == ncclUint64;
+    int is_float = t >= ncclFloat16;
+    if (op == ncclProd) {
+        static const double fv[] = {1, 2, -1, 0.5}, iv[] = {1, 2, -1}, uv[] = {1, 2, 3};
+        int64_t k = small_int(r, i, (unsigned)t * 8 + op, 0, is_float ? 3 : 2);
+        return is_float ? fv[k] : is_unsigned ? uv[k] : iv[k];
+    }
+    if (is_unsigned)
+        return (double)small_int(r, i, (unsigned)t * 8 + op, 0, 40);
+    return (double)small_int(r, i, (unsigned)t * 8 + op, -20, 20);
+}
+
+static double reduce_ref(ncclRedOp_t op, double acc, double v)
+{
+    switch (op) {
+    case ncclSum: return acc + v;
+    case ncclProd: return acc * v;
+    case ncclMax: return fmax(acc, v);
+    default: return fmin(acc, v);
+    }
+}
+
+/* One (type, op) over @p nchunks chunks of @p chunk_bytes, checked exactly. */
+static int exact_case(head_t *h, ncclDataType_t t, ncclRedOp_t op, size_t nchunks,
+                      size_t chunk_bytes)
+{
+    size_t total = nchunks * chunk_bytes / type_size(t);
+    for (size_t i = 0; i < total; i++)
+        put_value(t, h->region, i, exact_input(t, op, my_rank, i));
+    memset(h->region + HALF_BYTES, 0x5a, nchunks * chunk_bytes);
+    zc_harness_step("exact type %d op %d", (int)t, (int)op);
+    if (run_chunks(h, nchunks, chunk_bytes, t, op, NULL))
+        return 1;
+    for (size_t i = 0; i < total; i++) {
+        double ref = exact_input(t, op, 0, i);
+        for (int r = 1; r < nranks; r++)
+            ref = reduce_ref(op, ref, exact_input(t, op, r, i));
+        double got = get_value(t, h->region + HALF_BYTES, i);
+        CHECK(got == ref, "type %d op %d element %zu: got %.17g, expected %.17g", (int)t, (int)op,
+              i, got, ref);
+    }
+    return 0;
+}
+
+/* ---- compressed: the bound of tests/integration/test_allreduce.c (comp_bound) -------------- */
+
+static double amplitude(int r)
+{
+    return 1.0 + r / 4.0;
+}
+
+static float comp_input(int r, size_t i)
+{
+    double u = (double)(mix(UINT64_C(0xc011) << 40 ^ (uint64_t)r << 32 ^ i) >> 11) * 0x1p-53;
+    return (float)(amplitude(r) * (2 * u - 1));
+}
+
+/*
+ * |err| per element, S_i = sum_r |x_r[i]|, M = sum_r a_r, u32 = 2^-24:
+ *  fp16/bf16 (ring): ((2N+1) u_c + (N+2) u32)(1+u_c)^(2N+2) S_i + (2N+2) underflow(codec)
+ *  qsgd (max scale, s levels): (1/s + 2 u32) M, once more with (1 + 1/s + 2 u32) for
+ *  scatter's re-encode (N > 2), then (N+2) u32 (S_i + err);
+ *  then the f64 reference's gamma(N-1) and the f32 store u32 (|exact| + err).
+ */
+static double comp_bound(int codec, double abs_sum, double exact)
+{
+    const double u32 = 0x1p-24, n = nranks;
+    double err = 0, big_m = 0;
+    for (int r = 0; r < nranks; r++)
+        big_m += amplitude(r);
+    if (codec == 1) {
+        double s = (1 << (QSGD_BITS - 1)) - 1, once = 1 / s + 2 * u32;
+        err = once * big_m;
+        if (nranks > 2)
+            err += once * big_m * (1 + once);
+        err += (n + 2) * u32 * (abs_sum + err);
+    } else {
+        double uc = codec == 2 ? 0x1p-11 : 0x1p-8, under = codec == 2 ? 0x1p-25 : 0x1p-134;
+        err = ((2 * n + 1) * uc + (n + 2) * u32) * pow(1 + uc, 2 * n + 2) * abs_sum +
+              (2 * n + 2) * under;
+    }
+    err += (n - 1) * 0x1p-53 / (1 - (n - 1) * 0x1p-53) * abs_sum;
+    return err + u32 * (fabs(exact) + err) + 0x1p-150;
+}
+
+static uint64_t fnv1a(const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    uint64_t hsh = UINT64_C(0xcbf29ce484222325);
+    for (size_t i = 0; i < len; i++)
+        hsh = (hsh ^ p[i]) * UINT64_C(0x100000001b3);
+    return hsh;
+}
+
+/* 4 MiB of f32 sums in 16 chunks; @p codec 0 none (exact), 1 qsgd, 2 fp16, 3 bf16. */
+static int comp_case(head_t *h, int codec)
+{
+    const size_t total = HALF_BYTES / sizeof(float);
+    float *send = (float *)h->region, *recv = (float *)(h->region + HALF_BYTES);
+    for (size_t i = 0; i < total; i++)
+        send[i] = codec == 0 ? (float)exact_input(ncclFloat32, ncclSum, my_rank, i)
+                             : comp_input(my_rank, i);
+    memset(recv, 0x5a, HALF_BYTES);
+    zc_harness_step("chunks codec %d", codec);
+    if (run_chunks(h, NCHUNKS, CHUNK_BYTES, ncclFloat32, ncclSum, NULL))
+        return 1;
+
+    double worst = 0;
+    size_t inexact = 0;
+    for (size_t i = 0; i < total; i++) {
+        double exact = 0, abs_sum = 0;
+        for (int r = 0; r < nranks; r++) {
+            double v = codec == 0 ? exact_input(ncclFloat32, ncclSum, r, i) : comp_input(r, i);
+            exact += v;
+            abs_sum += fabs(v);
+        }
+        double got = recv[i];
+        if (codec == 0) {
+            CHECK(got == exact, "element %zu: got %.9g, expected %.9g", i, got, exact);
+            continue;
+        }
+        double tol = comp_bound(codec, abs_sum, exact);
+        CHECK(fabs(got - exact) <= tol, "element %zu: got %.9g, expected %.9g within %.3g", i, got,
+              exact, tol);
+        worst = fmax(worst, fabs(got - exact) / tol);
+        inexact += got != (float)exact;
+    }
+    /* lossy codecs on uniform inputs: most results differ from the f32 sum */
+    if (codec != 0)
+        CHECK(inexact > total / 4,
+              "only %zu of %zu results differ from the exact sum: was it "
+              "compressed?",
+              inexact, total);
+    fprintf(stderr, "rank %d: codec %d, %d heads: largest error %.3f of its bound\n", my_rank,
+            codec, nranks, worst);
+
+    /* bit-identical on every head */
+    uint64_t mine = fnv1a(recv, HALF_BYTES), all[ZC_HARNESS_MAX_RANKS];
+    static int round;
+    char name[32];
+    snprintf(name, sizeof(name), "hash%d-%d", codec, round++);
+    if (exchange(name, &mine, sizeof(mine), all))
+        return 1;
+    for (int r = 0; r < nranks; r++)
+        CHECK(all[r] == mine, "rank %d's result differs from this rank's", r);
+    return 0;
+}
+
+/* ---- bad arguments ------------------------------------------------------------------------- */
+
+static int bad_args_connected(head_t *h)
+{
+    ncclResult_t res;
+    void *req = (void *)1, *mh = NULL;
+    int done = 0, size = 0;
+    uint8_t *s = h->region, *r = h->region + HALF_BYTES;
+
+    zc_harness_step("bad arguments");
+    CHECK(cn_iallreduce(h->ccomm, s, r, 0, ncclFloat32, ncclSum, NULL, NULL, &req) ==
+              ncclInternalError,
+          "count 0 accepted");
+    CHECK(cn_iallreduce(h->ccomm, NULL, r, 16, ncclFloat32, ncclSum, NULL, NULL, &req) ==
+              ncclInternalError,
+          "NULL send buffer accepted");
+    CHECK(cn_iallreduce(h->ccomm, s, NULL, 16, ncclFloat32, ncclSum, NULL, NULL, &req) ==
+              ncclInternalError,
+          "NULL receive buffer accepted");
+    CHECK(cn_iallreduce(NULL, s, r, 16, ncclFloat32, ncclSum, NULL, NULL, &req) ==
+              ncclInternalError,
+          "NULL collComm accepted");
+    CHECK(cn_iallreduce(h->ccomm, s, r, 16, ncclFloat32, ncclSum, NULL, NULL, NULL) ==
+              ncclInternalError,
+          "NULL request pointer accepted");
+    CHECK(cn_iallreduce(h->ccomm, s, r, 16, ncclFloat8e4m3, ncclSum, NULL, NULL, &req) ==
+              ncclInternalError,
+          "fp8 accepted");
+    CHECK(cn_iallreduce(h->ccomm, s, r, 16, (ncclDataType_t)12, ncclSum, NULL, NULL, &req) ==
+              ncclInternalError,
+          "type 12 accepted");
+    CHECK(cn_iallreduce(h->ccomm, s, r, 16, ncclFloat32, ncclAvg, NULL, NULL, &req) ==
+              ncclInternalError,
+          "avg accepted (NCCL passes it as sum)");
+    CHECK(cn_iallreduce(h->ccomm, s, r, 16, ncclFloat32, (ncclRedOp_t)7, NULL, NULL, &req) ==
+              ncclInternalError,
+          "op 7 accepted");
+    CHECK(cn_reg_mr(h->ccomm, s, 4096, NCCL_PTR_CUDA, &mh) == ncclInternalError,
+          "CUDA memory registered");
+    CHECK(cn_reg_mr(h->ccomm, NULL, 4096, NCCL_PTR_HOST, &mh) == ncclInternalError,
+          "NULL memory registered");
+    CHECK(cn_reg_mr(h->ccomm, s, 4096, NCCL_PTR_HOST, NULL) == ncclInternalError,
+          "NULL mhandle pointer accepted");
+    if (cn.v11) {
+        CHECK(cn.v11->regMrDmaBuf(h->ccomm, s, 4096, NCCL_PTR_DMABUF, 0, 3, &mh) ==
+                  ncclInternalError,
+              "dma-buf registered");
+        CHECK_OK(cn.v11->regMrDmaBuf(h->ccomm, s, 4096, NCCL_PTR_HOST, 0, -1, &mh));
+        CHECK_OK(cn_dereg_mr(h->ccomm, mh));
+    }
+    CHECK(cn_test(NULL, &done, &size) == ncclInternalError, "test(NULL) accepted");
+    CHECK(cn_iflush(h->ccomm, r, 16, h->mh_recv, NULL) == ncclInternalError,
+          "iflush without a request pointer accepted");
+    /* nothing above was posted: the communicator still works */
+    return 0;
+}
+
+/* ---- cases --------------------------------------------------------------------------------- */
+
+static int case_abi(int rank, int size, void *arg)
+{
+    ncclResult_t res;
+    (void)arg;
+    my_rank = rank;
+    nranks = size;
+    void *lib = dlopen(plugin_path, RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib, "dlopen %s: %s", plugin_path, dlerror());
+    const ncclCollNet_v11_t *v11 = dlsym(lib, "ncclCollNetPlugin_v11");
+    const ncclCollNet_v8_t *v8 = dlsym(lib, "ncclCollNetPlugin_v8");
+    CHECK(v11 && v8, "tables missing");
+    const ncclCollNet_v10_t *v10 = dlsym(lib, "ncclCollNetPlugin_v10");
+    CHECK(v10 && dlsym(lib, "ncclCollNetPlugin_v9"), "v10 or v9 table missing");
+    CHECK(strcmp(v10->name, "zipccl") == 0 && v10->init && v10->listen && v10->iallreduce,
+          "v10 table");
+    CHECK(strcmp(v11->name, "zipccl") == 0 && strcmp(v8->name, "zipccl") == 0, "name %s / %s",
+          v11->name, v8->name);
+    CHECK(v11->init && v11->devices && v11->getProperties && v11->listen && v11->connect &&
+              v11->reduceSupport && v11->regMr && v11->regMrDmaBuf && v11->deregMr &&
+              v11->iallreduce && v11->iflush && v11->test && v11->closeColl && v11->closeListen &&
+              v11->finalize,
+          "a mandatory v11 slot is NULL");
+    CHECK(!v11->iallgather && !v11->ireducescatter && !v11->makeVDevice,
+          "an unimplemented slot is set");
+    CHECK(v11->finalize(NULL) == ncclSuccess, "finalize(NULL) before init");
+
+    void *ctx = NULL;
+    CHECK(v11->init(NULL, 1, logger) == ncclInternalError, "init(NULL ctx) accepted");
+    CHECK_OK(v11->init(&ctx, 1, logger));
+    CHECK(ctx, "init gave no context");
+    int ndev = 0;
+    CHECK_OK(v11->devices(&ndev));
+    CHECK(ndev >= 1, "%d devices", ndev);
+    CHECK(v11->devices(NULL) == ncclInternalError, "devices(NULL) accepted");
+    CHECK(v11->getProperties(0, NULL) == ncclInternalError, "getProperties(NULL) accepted");
+    CHECK(v11->getProperties(ndev, &(ncclNetProperties_v11_t){0}) != ncclSuccess,
+          "device %d of %d accepted", ndev, ndev);
+
+    /* the same device as the net's: NCCL matches them by name */
+    const ncclNet_v11_t *net = dlsym(lib, "ncclNetPlugin_v11");
+    CHECK(net, "no ncclNetPlugin_v11");
+    for (int d = 0; d < ndev; d++) {
+        ncclNetProperties_v11_t pc, pn;
+        CHECK_OK(v11->getProperties(d, &pc));
+        CHECK_OK(net->getProperties(d, &pn));
+        CHECK(strcmp(pc.name, pn.name) == 0 && pc.guid == pn.guid, "device %d: %s vs %s", d,
+              pc.name, pn.name);
+        CHECK(pc.maxCollBytes > 0 && pc.maxCollBytes <= (1u << 30), "maxCollBytes %zu",
+              pc.maxCollBytes);
+        ncclNetProperties_v8_t p8;
+        CHECK_OK(v8->getProperties(d, &p8));
+        CHECK(strcmp(p8.name, pn.name) == 0, "v8 device %d: %s vs %s", d, p8.name, pn.name);
+        ncclNetProperties_v10_t p10;
+        CHECK_OK(v10->getProperties(d, &p10));
+        CHECK(strcmp(p10.name, pn.name) == 0 && p10.maxCollBytes == pc.maxCollBytes,
+              "v10 device %d: %s, maxCollBytes %zu", d, p10.name, p10.maxCollBytes);
+    }
+
+    /* reduceSupport: exactly the 40 (type, op) zipccl reduces of NCCL's 48 queries */
+    for (int t = 0; t < 12; t++) {
+        for (int o = 0; o < 4; o++) {
+            int sup = -1;
+            CHECK_OK(v11->reduceSupport((ncclDataType_t)t, (ncclRedOp_t)o, &sup));
+            int want = t <= ncclBfloat16;
+            CHECK(sup == want, "type %d op %d: supported %d, expected %d", t, o, sup, want);
+        }
+    }
+    int sup = -1;
+    CHECK_OK(v11->reduceSupport((ncclDataType_t)12, ncclSum, &sup));
+    CHECK(sup == 0, "type 12 supported");
+    CHECK_OK(v11->reduceSupport(ncclFloat32, ncclAvg, &sup));
+    CHECK(sup == 0, "avg supported (NCCL never asks)");
+    CHECK_OK(v11->reduceSupport((ncclDataType_t)-1, (ncclRedOp_t)99, &sup));
+    CHECK(sup == 0, "type -1 op 99 supported");
+    CHECK(v11->reduceSupport(ncclFloat32, ncclSum, NULL) == ncclInternalError,
+          "NULL supported pointer accepted");
+
+    /* listen/connect arguments */
+    uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *lc = NULL, *cc = NULL;
+    CHECK(v11->listen(ctx, 0, NULL, &lc) == ncclInternalError, "NULL handle accepted");
+    CHECK(v11->listen(ctx, 0, handle, NULL) == ncclInternalError, "NULL listenComm accepted");
+    CHECK(v11->listen(ctx, ndev, handle, &lc) != ncclSuccess, "device %d accepted", ndev);
+    CHECK_OK(v11->listen(ctx, 0, handle, &lc));
+    void *handles[2] = {handle, handle};
+    CHECK(v11->connect(NULL, 1, 0, lc, &cc) == ncclInternalError, "NULL handles accepted");
+    CHECK(v11->connect(handles, 1, 1, lc, &cc) == ncclInternalError, "rank 1 of 1 accepted");
+    CHECK(v11->connect(handles, 1, 0, lc, NULL) == ncclInternalError, "NULL collComm accepted");
+    uint8_t junk[NCCL_NET_HANDLE_MAXSIZE];
+    memset(junk, 0x11, sizeof(junk));
+    void *junk_handles[1] = {junk};
+    CHECK(v11->connect(junk_handles, 1, 0, lc, &cc) == ncclInternalError,
+          "a foreign handle accepted");
+    CHECK(strstr(logged, "not a zipccl CollNet handle"), "no message about the foreign handle");
+    /* one head: a communicator of one, where every all-reduce is a copy */
+    CHECK_OK(v11->connect(handles, 1, 0, lc, &cc));
+    CHECK_OK(v11->closeListen(lc));
+    float in[64], out[64];
+    for (int i = 0; i < 64; i++)
+        in[i] = (float)i - 20.5f;
+    void *mh = NULL, *req = NULL;
+    CHECK_OK(v11->regMr(cc, in, sizeof(in), NCCL_PTR_HOST, &mh));
+    CHECK_OK(v11->iallreduce(cc, in, out, 64, ncclFloat32, ncclSum, mh, mh, &req));
+    int done = 0, bytes = 0;
+    for (int spins = 0; !done && spins < 1000000; spins++)
+        CHECK_OK(v11->test(req, &done, &bytes));
+    CHECK(done && bytes == (int)sizeof(in), "done %d, %d bytes", done, bytes);
+    CHECK(memcmp(in, out, sizeof(in)) == 0, "one head's all-reduce is not a copy");
+    CHECK_OK(v11->deregMr(cc, mh));
+    CHECK_OK(v11->closeColl(cc));
+    CHECK(v11->closeListen(NULL) == ncclSuccess, "closeListen(NULL)");
+    CHECK_OK(v11->finalize(ctx));
+    return 0;
+}
+
+static int case_bad_config(int rank, int size, void *arg)
+{
+    (void)arg;
+    my_rank = rank;
+    nranks = size;
+    if (open_plugin())
+        return 1;
+    ncclResult_t res = cn_init();
+    CHECK(res == ncclInvalidUsage, "init with ZIPCCL_COLLNET_CODEC=zstd returned %d", (int)res);
+    CHECK(strstr(logged, "ZIPCCL_COLLNET_CODEC"), "the message does not name the variable: %s",
+          logged);
+    return 0;
+}
+
+static int case_raw(int rank, int size, void *arg)
+{
+    head_t h;
+    (void)arg;
+    my_rank = rank;
+    nranks = size;
+    if (head_up(&h))
+        return 1;
+    /* every type and op NCCL may hand over: 4 chunks of 16 KiB each, below MIN_BYTES */
+    for (int t = 0; t <= ncclBfloat16; t++) {
+        for (int o = 0; o < 4; o++) {
+            if (exact_case(&h, (ncclDataType_t)t, (ncclRedOp_t)o, 4, 16u << 10))
+                return 1;
+        }
+    }
+    /* integers and max/min/prod of floats go raw at any size: 16 chunks of 256 KiB */
+    if (exact_case(&h, ncclInt32, ncclSum, NCHUNKS, CHUNK_BYTES) ||
+        exact_case(&h, ncclFloat32, ncclMax, NCHUNKS, CHUNK_BYTES) ||
+        exact_case(&h, ncclBfloat16, ncclProd, NCHUNKS, CHUNK_BYTES))
+        return 1;
+    if (bad_args_connected(&h))
+        return 1;
+    /* and it still works */
+    if (exact_case(&h, ncclUint64, ncclSum, 2, 4096))
+        return 1;
+    return head_down(&h);
+}
+
+typedef struct comp_thread {
+    head_t *h;
+    int codec, rc;
+} comp_thread_t;
+
+static void *comp_thread_main(void *p)
+{
+    comp_thread_t *t = p;
+    t->rc = comp_case(t->h, t->codec);
+    return NULL;
+}
+
+static int case_comp(int rank, int size, void *arg)
+{
+    head_t h;
+    int codec = (int)(intptr_t)arg;
+    my_rank = rank;
+    nranks = size;
+    if (head_up(&h))
+        return 1;
+    /* as NCCL: connected in one thread (its service thread), driven from another (progress) */
+    comp_thread_t t = {.h = &h, .codec = codec, .rc = 1};
+    pthread_t tid;
+    CHECK(pthread_create(&tid, NULL, comp_thread_main, &t) == 0, "pthread_create");
+    pthread_join(tid, NULL);
+    if (t.rc)
+        return 1;
+    /* a second round on the same collComm: fresh rounding, same guarantees */
+    if (comp_case(&h, codec))
+        return 1;
+    return head_down(&h);
+}
+
+static int case_v8(int rank, int size, void *arg)
+{
+    head_t h;
+    (void)arg;
+    my_rank = rank;
+    nranks = size;
+    use_v8 = 1;
+    if (head_up(&h))
+        return 1;
+    if (exact_case(&h, ncclInt64, ncclSum, 4, 16u << 10) ||
+        exact_case(&h, ncclFloat16, ncclMin, 4, 16u << 10) || comp_case(&h, 1))
+        return 1;
+    void *req = (void *)1;
+    CHECK(cn.v8->iallreduce(h.ccomm, h.region, h.region + HALF_BYTES, -5, ncclFloat32, ncclSum,
+                            NULL, NULL, &req) == ncclInternalError,
+          "negative count accepted");
+    return head_down(&h);
+}
+
+static int case_kill(int rank, int size, void *arg)
+{
+    head_t h;
+    (void)arg;
+    my_rank = rank;
+    nranks = size;
+    if (head_up(&h))
+        return 1;
+    if (exact_case(&h, ncclInt32, ncclSum, 2, 4096)) /* everyone is up */
+        return 1;
+    if (rank == size - 1) {
+        zc_harness_step("victim");
+        for (;;)
+            pause();
+    }
+    usleep(300000); /* the victim is dead by now */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ncclResult_t failed = ncclSuccess;
+    for (int round = 0; round < 100 && failed == ncclSuccess; round++) {
+        zc_harness_step("survivor round %d", round);
+        if (run_chunks(&h, 4, 16u << 10, ncclFloat32, ncclSum, &failed))
+            return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    CHECK(failed == ncclRemoteError || failed == ncclSystemError,
+          "after the peer died test/iallreduce returned %d", (int)failed);
+    CHECK(took < 20, "the failure took %.1f s to show", took);
+    fprintf(stderr, "rank %d: peer loss reported as %d after %.2f s\n", rank, (int)failed, took);
+    /* the communicator can still be closed */
+    cn_close_coll(h.ccomm);
+    return FAILED_AS_EXPECTED;
+}
+
+/*
+ * Ranks 0 and 1 form a CollNet of two; rank 2, a head of another communicator (another
+ * nonce) that was given rank 0's address, tries to join first: it is rejected, and the
+ * two connect and reduce as if it had never come.
+ */
+static int case_stranger(int rank, int size, void *arg)
+{
+    head_t h;
+    ncclResult_t res;
+    (void)arg;
+    my_rank = rank;
+    nranks = size;
+    if (head_listen(&h))
+        return 1;
+    nranks = 2;
+    if (rank == 2) {
+        uint8_t forged[NCCL_NET_HANDLE_MAXSIZE];
+        memcpy(forged, all_handles[0], sizeof(forged));
+        forged[24] ^= 1; /* the nonce: another communicator's job id */
+        void *handles[2] = {forged, all_handles[2]};
+        void *cc = NULL;
+        zc_harness_step("stranger connect");
+        res = cn_connect(handles, 2, 1, h.lcomm, &cc);
+        CHECK(res != ncclSuccess && cc == NULL, "the stranger joined (%d)", (int)res);
+        CHECK(strstr(logged, "rejected"), "no message about the rejection: %s", logged);
+        CHECK_OK(cn_close_listen(h.lcomm));
+        int one = 1;
+        return publish("stranger-done", &one, sizeof(one));
+    }
+    if (rank == 1) {
+        char path[512];
+        int one;
+        snprintf(path, sizeof(path), "%s/stranger-done-2", xdir);
+        CHECK(wait_file(path, &one, sizeof(one), 30) == 0, "the stranger did not finish");
+    }
+    if (head_connect(&h) || exact_case(&h, ncclInt32, ncclSum, 4, 16u << 10))
+        return 1;
+    return head_down(&h);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s CASE PLUGIN_PATH\n", argv[0]);
+        return 2;
+    }
+    const char *name = argv[1];
+    plugin_path = argv[2];
+    char dir[] = "/tmp/zc-collnet-XXXXXX";
+    xdir = mkdtemp(dir);
+    if (!xdir) {
+        perror("mkdtemp");
+        return 1;
+    }
+
+    char *base_env[] = {"ZIPCCL_NET_IFNAME=lo", "ZIPCCL_TIMEOUT_S=20", NULL};
+    zc_harness_opts_t o = {.nranks = 1, .deadline_s = 60, .env = base_env};
+    zc_rank_main_fn fn = NULL;
+    void *arg = NULL;
+    int n = 0;
+    char *codec_env[] = {"ZIPCCL_NET_IFNAME=lo", "ZIPCCL_TIMEOUT_S=20", NULL, NULL};
+    static const char *const codecs[] = {"none", "qsgd", "fp16", "bf16"};
+
+    if (strcmp(name, "abi") == 0) {
+        fn = case_abi;
+    } else if (strcmp(name, "bad-config") == 0) {
+        codec_env[2] = "ZIPCCL_COLLNET_CODEC=zstd";
+        o.env = codec_env;
+        fn = case_bad_config;
+    } else if (sscanf(name, "raw-%d", &n) == 1) {
+        o.nranks = n;
+        fn = case_raw;
+    } else if (strcmp(name, "stranger") == 0) {
+        o.nranks = 3;
+        fn = case_stranger;
+    } else if (strcmp(name, "v8") == 0) {
+        o.nranks = 2;
+        fn = case_v8;
+    } else if (strcmp(name, "kill") == 0) {
+        codec_env[2] = "ZIPCCL_TIMEOUT_S=5";
+        o.env = codec_env;
+        o.nranks = 3;
+        o.kill_rank = 2;
+        o.kill_at_step = "victim";
+        o.kill_after_s = 0.1;
+        o.expect_fail_mask = 0x3;
+        o.expect_fail_status = FAILED_AS_EXPECTED;
+        fn = case_kill;
+    } else {
+        static char codec_var[64];
+        for (int c = 0; c < 4 && !fn; c++) {
+            size_t len = strlen(codecs[c]);
+            if (strncmp(name, codecs[c], len) == 0 && sscanf(name + len, "-%d", &n) == 1) {
+                snprintf(codec_var, sizeof(codec_var), "ZIPCCL_COLLNET_CODEC=%s", codecs[c]);
+                codec_env[2] = codec_var;
+                o.env = codec_env;
+                o.nranks = n;
+                arg = (void *)(intptr_t)c;
+                fn = case_comp;
+            }
+        }
+    }
+    if (!fn || o.nranks < 1 || o.nranks > 8) {
+        fprintf(stderr, "unknown case '%s'\n", name);
+        return 2;
+    }
+    int rc = zc_harness_run(&o, fn, arg);
+
+    DIR *d = opendir(xdir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char p[512];
+        if (e->d_name[0] == '.' && (!e->d_name[1] || e->d_name[1] == '.'))
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", xdir, e->d_name);
+        unlink(p);
+    }
+    if (d)
+        closedir(d);
+    rmdir(xdir);
+    return rc != 0;
+}
