@@ -155,8 +155,10 @@ ncclResult_t zc_net_v8_irecv(void *recvComm, int n, void **data, int *sizes, int
 
     if (!sizes)
         return ncclInternalError;
-    if (n != 1) /* maxRecvs is 1; zc_net_irecv says so */
-        return zc_net_irecv(recvComm, n, data, NULL, tags, mhandles, NULL, request);
+    if (n != 1) {
+        ZC_ERROR("net: irecv of %d buffers; the plugin announced maxRecvs 1", n);
+        return ncclInternalError;
+    }
     if (sizes[0] < 0 || sizes[0] > ZC_NET_V8_MAX_BYTES) {
         ZC_ERROR("net: v8 receive of %d bytes; this ABI carries 0..%d", sizes[0],
                  ZC_NET_V8_MAX_BYTES);

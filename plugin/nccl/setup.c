@@ -122,6 +122,13 @@ static int dev_compare(const void *a, const void *b)
     return x->ifindex < y->ifindex ? -1 : x->ifindex > y->ifindex;
 }
 
+/*
+ * What an empty ZIPCCL_NET_IFNAME means: container and VM bridges carry the same
+ * address on every host (172.17.0.1, 192.168.122.1), so a peer told to connect
+ * there reaches its own bridge; NCCL's socket transport leaves them out too.
+ */
+#define ZC_NCCL_IFNAME_DEFAULT "^docker,virbr"
+
 /* Fills devs[] from getifaddrs; 0 devices is not an error here. */
 static zc_status_t discover_devices(const char *spec)
 {
@@ -130,6 +137,8 @@ static zc_status_t discover_devices(const char *spec)
     int loopback[ZC_NCCL_MAX_DEVS];
     int best[ZC_NCCL_MAX_DEVS];
     int nfound = 0;
+    if (!spec[0])
+        spec = ZC_NCCL_IFNAME_DEFAULT;
     int exclude = spec[0] == '^';
     const char *names = exclude ? spec + 1 : spec;
 
@@ -141,7 +150,7 @@ static zc_status_t discover_devices(const char *spec)
         int rank = addr_rank(ifa->ifa_addr);
         if (rank == 0 || !(ifa->ifa_flags & IFF_UP))
             continue;
-        if (spec[0] && ifname_listed(names, ifa->ifa_name) == exclude)
+        if (ifname_listed(names, ifa->ifa_name) == exclude)
             continue;
         int i = 0;
         while (i < nfound && strcmp(found[i].name, ifa->ifa_name) != 0)
@@ -172,7 +181,7 @@ static zc_status_t discover_devices(const char *spec)
         others += !loopback[i];
     ndevs = 0;
     for (int i = 0; i < nfound; i++) {
-        if (loopback[i] && others > 0 && (exclude || !spec[0]))
+        if (loopback[i] && others > 0 && exclude)
             continue;
         devs[ndevs++] = found[i];
     }

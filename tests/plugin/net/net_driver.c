@@ -27,6 +27,9 @@
  *             interface makes it fail with ncclSystemError; a prefix list
  *             selects lo; an exclusion list gives distinct, stable devices
  *             and loopback only when alone
+ *   list      1 process: prints "device NAME" per device the inherited
+ *             ZIPCCL_NET_IFNAME selects (ifname_default.sh runs it in a
+ *             network namespace with bridges)
  *   kill-send rank 1 streams messages to rank 0 and is killed: rank 0's test
  *             returns ncclRemoteError within ZIPCCL_TIMEOUT_S, with a WARN
  *             naming the peer, not a hang
@@ -855,6 +858,18 @@ static int config_main(int rank, int size, void *arg)
         CHECK(res == ncclSystemError);
         CHECK(warn_lines >= 1);
         CHECK(strstr(warn_text, "nosuchif") != NULL);
+    } else if (strcmp(want, "list") == 0) {
+        /* the devices of this environment's ZIPCCL_NET_IFNAME, for ifname_default.sh */
+        CHECK_OK(res);
+        int ndev = 0;
+        CHECK_OK(api.v11->devices(&ndev));
+        for (int d = 0; d < ndev; d++) {
+            ncclNetProperties_v11_t p;
+            CHECK_OK(api.v11->getProperties(d, &p));
+            printf("device %s\n", p.name);
+        }
+        fflush(stdout);
+        CHECK_OK(api.v11->finalize(api.ctx));
     } else if (strcmp(want, "prefix") == 0) {
         /* "nosuchif,l": a list of name prefixes; only lo starts with one */
         CHECK_OK(res);
@@ -1019,6 +1034,11 @@ int main(int argc, char **argv)
         rc |= zc_harness_run(&o, config_main, "prefix");
         o.env = exclude;
         rc |= zc_harness_run(&o, config_main, "exclude");
+    } else if (strcmp(name, "list") == 0) {
+        o.nranks = 1;
+        o.deadline_s = 30;
+        o.env = NULL; /* the caller's ZIPCCL_NET_IFNAME, or none */
+        rc = zc_harness_run(&o, config_main, "list");
     } else if (strcmp(name, "kill-send") == 0 || strcmp(name, "kill-recv") == 0) {
         static int killed_sends;
         killed_sends = strcmp(name, "kill-send") == 0;
