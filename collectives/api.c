@@ -8,6 +8,8 @@
 #include "common/log.h"
 
 #include <sched.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const struct {
     const char *name;
@@ -54,6 +56,19 @@ ZC_EXPORT zc_status_t zc_comm_stats(const zc_comm_t *comm, zc_stats_t *stats)
     if (!comm || !stats)
         return ZC_ERR_INVALID_ARG;
     zc_stats_totals(&comm->stats, zc_state_store_residual_norm(comm->store), stats);
+    return ZC_OK;
+}
+
+ZC_EXPORT zc_status_t zc_comm_set_stats_file(zc_comm_t *comm, const char *path)
+{
+    if (!comm || !path)
+        return ZC_ERR_INVALID_ARG;
+    char *copy = strdup(path);
+    if (!copy)
+        return ZC_ERR_NO_MEMORY;
+    free(comm->stats_file);
+    comm->stats_file = copy;
+    comm->cfg.stats_file = copy; /* zc_comm_destroy writes where this says */
     return ZC_OK;
 }
 

@@ -119,6 +119,7 @@ struct zc_comm {
     zc_policy_t policy;
     zc_state_store_t *store;
     zc_stats_book_t stats;
+    char *stats_file; /* zc_comm_set_stats_file's copy, cfg.stats_file points at it; or NULL */
 
     /* nonblocking calls in start order; only the head runs */
     zc_coll_op_t *head, *tail;

@@ -91,6 +91,7 @@ static void comm_free(zc_comm_t *comm)
         free(comm->graveyard[i]);
     free(comm->graveyard);
     zc_bootstrap_destroy(comm->bs);
+    free(comm->stats_file);
     free(comm);
 }
 

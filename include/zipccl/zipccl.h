@@ -165,6 +165,17 @@ typedef struct zc_stats {
 /** Copies @p comm's counters into *@p stats. */
 zc_status_t zc_comm_stats(const zc_comm_t *comm, zc_stats_t *stats);
 
+/**
+ * Names the JSON file @p comm writes its statistics to when it is destroyed,
+ * instead of ZIPCCL_STATS_FILE ("%r" is replaced by the rank as there; "" writes
+ * none). For programs with several communicators, which would otherwise share
+ * one file. Statistics are gathered only when ZIPCCL_STATS or
+ * ZIPCCL_STATS_FILE was set at creation (counters of calls and bytes always).
+ * The path is copied. Call it while no all-reduce of @p comm is in flight.
+ * Errors: ZC_ERR_INVALID_ARG (NULL), ZC_ERR_NO_MEMORY.
+ */
+zc_status_t zc_comm_set_stats_file(zc_comm_t *comm, const char *path);
+
 /** Name of @p dtype ("f32"), or NULL for an unknown value. */
 const char *zc_dtype_name(zc_dtype_t dtype);
 /** Bytes per element of @p dtype, 0 for an unknown value. */

@@ -14,7 +14,8 @@
  *   kill[-compressed]      a rank killed mid-collective
  *   nonblocking[-thread]   several zc_iallreduce in flight, zc_wait and zc_test polling
  *   env-styles      torchrun, Open MPI and Slurm variables instead of ZIPCCL_*
- *   stats           ZIPCCL_STATS_FILE written and consistent with zc_comm_stats
+ *   stats           ZIPCCL_STATS_FILE written and consistent with zc_comm_stats; a rank
+ *                   that named its file with zc_comm_set_stats_file writes there instead
  *
  * Usage: test_allreduce CASE. Exits 0 when the case passed; otherwise the harness or the
  * failing check says why on stderr.
@@ -1638,6 +1639,16 @@ static int stats_rank(int rank, int size, void *arg)
     comp_fill(ZC_DTYPE_F32, send, count, input_key(5000, rank), rank);
     if (start_rank(rank, size))
         return 1;
+    /* rank 1 names its own file (zc_comm_set_stats_file), the others take ZIPCCL_STATS_FILE's */
+    char named[128];
+    snprintf(named, sizeof(named), "%s/named-%%r.json", stats_dir);
+    CHECK(zc_comm_set_stats_file(NULL, named) == ZC_ERR_INVALID_ARG &&
+              zc_comm_set_stats_file(comm, NULL) == ZC_ERR_INVALID_ARG,
+          "zc_comm_set_stats_file accepted NULL");
+    if (rank == 1) {
+        zc_status_t set = zc_comm_set_stats_file(comm, named);
+        CHECK(set == ZC_OK, "zc_comm_set_stats_file: %s", zc_status_string(set));
+    }
     for (int k = 0; k < 5; k++) {
         zc_harness_step("call %d", k);
         zc_status_t status = zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM);
@@ -1659,11 +1670,12 @@ static int stats_rank(int rank, int size, void *arg)
     if (end_rank())
         return 1;
 
-    char path[128];
-    snprintf(path, sizeof(path), "%s/stats-%d.json", stats_dir, rank);
+    char path[128], other[128];
+    snprintf(path, sizeof(path), "%s/%s-%d.json", stats_dir, rank == 1 ? "named" : "stats", rank);
+    snprintf(other, sizeof(other), "%s/%s-%d.json", stats_dir, rank == 1 ? "stats" : "named", rank);
+    CHECK(access(other, F_OK) != 0, "%s written, the statistics belong in %s", other, path);
     FILE *f = fopen(path, "r");
-    CHECK(f, "ZIPCCL_STATS_FILE %s/stats-%%r.json: %s not written: %s", stats_dir, path,
-          strerror(errno));
+    CHECK(f, "statistics file %s not written: %s", path, strerror(errno));
     static char text[1 << 16];
     size_t len = fread(text, 1, sizeof(text) - 1, f);
     fclose(f);
@@ -1705,6 +1717,8 @@ static int case_stats(void)
     for (int r = 0; r < 3; r++) {
         char path[128];
         snprintf(path, sizeof(path), "%s/stats-%d.json", stats_dir, r);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/named-%d.json", stats_dir, r);
         unlink(path);
     }
     rmdir(stats_dir);
