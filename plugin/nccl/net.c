@@ -1039,6 +1039,40 @@ ncclResult_t zc_net_isend(void *sendComm, void *data, size_t size, int tag, void
     return ncclSuccess;
 }
 
+/* Why a request failed, logged once per comm for a lost peer; the caller holds the lock. */
+static ncclResult_t req_failed(net_comm_t *comm, net_req_t *req, ucs_status_t status)
+{
+    const char *op = req->is_recv ? "receive" : "send";
+
+    if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+        ZC_ERROR("net: a message from %s with tag %d is larger than the %zu-byte receive "
+                 "posted for it",
+                 comm->peer, req->tag, req->size);
+        return ncclInternalError;
+    }
+    if (status == UCS_ERR_TIMED_OUT) {
+        ZC_ERROR("net: %s of %zu bytes tag %d with %s timed out after %lld s", op, req->size,
+                 req->tag, comm->peer, (long long)comm->ctx->cfg.timeout_s);
+        return ncclRemoteError;
+    }
+    /*
+     * Only a lost peer cancels a receive: test does when the endpoint failed,
+     * and UCX does when the sender of a rendezvous it matched is gone, which it
+     * may find before the endpoint's error callback has run.
+     */
+    if (comm->ep_status != UCS_OK || (req->is_recv && status == UCS_ERR_CANCELED)) {
+        if (!comm->reported)
+            ZC_ERROR("net: peer %s lost (%s) during a %s of %zu bytes tag %d", comm->peer,
+                     ucs_status_string(comm->ep_status != UCS_OK ? comm->ep_status : status), op,
+                     req->size, req->tag);
+        comm->reported = 1;
+        return ncclRemoteError;
+    }
+    ZC_ERROR("net: %s of %zu bytes tag %d with %s failed: %s", op, req->size, req->tag, comm->peer,
+             ucs_status_string(status));
+    return zc_nccl_result(zc_ucx_status(status));
+}
+
 ncclResult_t zc_net_irecv(void *recvComm, int n, void **data, size_t *sizes, int *tags,
                           void **mhandles, void **phandles, void **request)
 {
@@ -1065,12 +1099,10 @@ ncclResult_t zc_net_irecv(void *recvComm, int n, void **data, size_t *sizes, int
     req_start(req, comm, 1, tags[0], sizes[0]);
     req_posted(req, post_recv(comm, req, data[0], sizes[0], data_tag(comm->conn_id, tags[0])));
     if (req->done && req->status != UCS_OK && req->status != UCS_ERR_MESSAGE_TRUNCATED) {
-        ucs_status_t status = req->status;
+        ncclResult_t result = req_failed(comm, req, req->status);
         req->used = 0;
         pthread_mutex_unlock(&ctx->lock);
-        ZC_ERROR("net: receive of %zu bytes tag %d from %s failed: %s", sizes[0], tags[0],
-                 comm->peer, ucs_status_string(status));
-        return zc_nccl_result(zc_ucx_status(status));
+        return result;
     }
     pthread_mutex_unlock(&ctx->lock);
     *request = req;
@@ -1084,34 +1116,6 @@ ncclResult_t zc_net_iflush(void *recvComm, int n, void **data, int *sizes, void 
         return ncclInternalError;
     *request = NULL; /* host memory: nothing to flush */
     return ncclSuccess;
-}
-
-/* Why a request failed, logged once per comm for a lost peer; the caller holds the lock. */
-static ncclResult_t req_failed(net_comm_t *comm, net_req_t *req, ucs_status_t status)
-{
-    const char *op = req->is_recv ? "receive" : "send";
-
-    if (status == UCS_ERR_MESSAGE_TRUNCATED) {
-        ZC_ERROR("net: a message from %s with tag %d is larger than the %zu-byte receive "
-                 "posted for it",
-                 comm->peer, req->tag, req->size);
-        return ncclInternalError;
-    }
-    if (status == UCS_ERR_TIMED_OUT) {
-        ZC_ERROR("net: %s of %zu bytes tag %d with %s timed out after %lld s", op, req->size,
-                 req->tag, comm->peer, (long long)comm->ctx->cfg.timeout_s);
-        return ncclRemoteError;
-    }
-    if (comm->ep_status != UCS_OK) {
-        if (!comm->reported)
-            ZC_ERROR("net: peer %s lost (%s) during a %s of %zu bytes tag %d", comm->peer,
-                     ucs_status_string(comm->ep_status), op, req->size, req->tag);
-        comm->reported = 1;
-        return ncclRemoteError;
-    }
-    ZC_ERROR("net: %s of %zu bytes tag %d with %s failed: %s", op, req->size, req->tag, comm->peer,
-             ucs_status_string(status));
-    return zc_nccl_result(zc_ucx_status(status));
 }
 
 ncclResult_t zc_net_test(void *request, int *done, int *sizes)
