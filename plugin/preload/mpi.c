@@ -16,13 +16,12 @@
  * conditions are the same on every rank of a call) over a PMPI_Comm_dup of it.
  * The zipccl communicator is cached as an MPI attribute, so that it goes when
  * the MPI communicator is freed, and kept in a list, so that MPI_Finalize can
- * destroy the rest (writing their statistics) before the real one.
+ * destroy the rest (writing their statistics) before the real one. zipccl
+ * itself is libzipccl.so.0, loaded at the first eligible call (preload.h).
  */
 #include "plugin/preload/preload.h"
 
-#include "collectives/coll.h"
 #include "common/log.h"
-#include "transport/bootstrap/bootstrap.h"
 
 #include <mpi.h>
 
@@ -48,7 +47,6 @@ typedef struct zp_mpi {
     int interpose;
     int (*allgather)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm);
     int (*bcast)(void *, int, MPI_Datatype, int, MPI_Comm);
-    int (*barrier)(MPI_Comm);
     int (*comm_dup)(MPI_Comm, MPI_Comm *);
     int (*comm_free)(MPI_Comm *);
     int (*comm_size)(MPI_Comm, int *);
@@ -70,7 +68,7 @@ typedef struct zp_mpi {
     int (*status_set_cancelled)(MPI_Status *, int);
     MPI_Comm comm_world, comm_null;
     MPI_Datatype dt_float, dt_double, dt_byte, dt_int;
-    MPI_Op op_sum, op_min;
+    MPI_Op op_sum, op_max;
     MPI_Errhandler errors_return;
 } zp_mpi_t;
 
@@ -152,7 +150,6 @@ static void mpi_resolve(void)
 
     RESOLVE(allgather, "PMPI_Allgather", missing_interpose);
     RESOLVE(bcast, "PMPI_Bcast", missing_interpose);
-    RESOLVE(barrier, "PMPI_Barrier", missing_interpose);
     RESOLVE(comm_dup, "PMPI_Comm_dup", missing_interpose);
     RESOLVE(comm_free, "PMPI_Comm_free", missing_interpose);
     RESOLVE(comm_size, "PMPI_Comm_size", missing_interpose);
@@ -178,7 +175,7 @@ static void mpi_resolve(void)
     RESOLVE_DATA(dt_byte, "ompi_mpi_byte", missing_interpose);
     RESOLVE_DATA(dt_int, "ompi_mpi_int", missing_interpose);
     RESOLVE_DATA(op_sum, "ompi_mpi_op_sum", missing_interpose);
-    RESOLVE_DATA(op_min, "ompi_mpi_op_min", missing_interpose);
+    RESOLVE_DATA(op_max, "ompi_mpi_op_max", missing_interpose);
     RESOLVE_DATA(errors_return, "ompi_mpi_errors_return", missing_interpose);
     if (missing_interpose) {
         ZC_WARN("libzipccl-preload: %s not found (the MPI library is not Open MPI?): every MPI "
@@ -235,27 +232,22 @@ static zc_status_t boot_broadcast(void *ctx, void *buf, size_t len, int root)
     return mpi_to_zc(rc);
 }
 
-static zc_status_t boot_barrier(void *ctx)
-{
-    boot_ctx_t *b = ctx;
-    int rc = b->m->barrier(b->dup);
-    if (rc != MPI_SUCCESS)
-        ZC_ERROR("libzipccl-preload: bootstrap PMPI_Barrier failed (MPI error %d)", rc);
-    return mpi_to_zc(rc);
-}
-
 /* The duplicate is freed by comm_build, never here: this may run in an attribute callback. */
 static void boot_destroy(void *ctx)
 {
     free(ctx);
 }
 
-static const zc_bootstrap_ops_t boot_ops = {
-    .name = "mpi",
+static const zp_coll_ops_t boot_ops = {
     .allgather = boot_allgather,
     .broadcast = boot_broadcast,
-    .barrier = boot_barrier,
     .destroy = boot_destroy,
+};
+
+/* The agreements' collectives: the same, on a context that is not zipccl's to free. */
+static const zp_coll_ops_t agree_ops = {
+    .allgather = boot_allgather,
+    .broadcast = boot_broadcast,
 };
 
 /* ---- zipccl communicators of MPI communicators -------------------------------------------- */
@@ -266,11 +258,19 @@ static const zc_bootstrap_ops_t boot_ops = {
 typedef struct zp_mpi_comm {
     MPI_Comm comm;
     zc_comm_t *zc; /* NULL: creation failed; every call passes through */
-    int failed;    /* a call failed: later calls pass through */
+    int failed;    /* a call failed here: agreed at the next eligible call (call_agree) */
+    int off;       /* some rank's call failed: every later call passes through, on every rank */
     int linked;    /* in the list (under comms_lock) */
     struct zp_mpi_comm *prev, *next;
-    char stats_path[STATS_PATH_MAX]; /* cfg.stats_file of zc points here */
 } zp_mpi_comm_t;
+
+/* zc of an entry that has one: the engine is loaded. */
+static void comm_destroy_zc(zp_mpi_comm_t *e)
+{
+    if (e->zc)
+        zp_engine()->comm_destroy(e->zc); /* local: prints and writes the statistics */
+    e->zc = NULL;
+}
 
 static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
 static zp_mpi_comm_t *comms; /* every entry whose attribute is set */
@@ -298,7 +298,7 @@ static int attr_delete(MPI_Comm comm, int keyval, void *value, void *extra)
 {
     zp_mpi_comm_t *e = value;
     comm_unlink(e);
-    zc_comm_destroy(e->zc); /* local: prints and writes the statistics */
+    comm_destroy_zc(e);
     free(e);
     return MPI_SUCCESS;
 }
@@ -342,14 +342,16 @@ static void stats_path(const zp_mpi_t *m, MPI_Comm comm, const char *pattern, un
 
 /*
  * Makes @p e->zc for @p e->comm (@p size ranks, this one @p rank). Collective:
- * every rank of the communicator runs it in the same call. Ends with every rank
- * agreeing whether it worked (a rank that failed makes every rank pass through).
+ * every rank of the communicator runs it in the same call. The ranks agree
+ * twice (zp_agree): before the bootstrap, that every rank has the engine (a
+ * rank without it must not leave the others in the bootstrap's collectives),
+ * and at the end, whether it worked (a rank that failed makes every rank pass
+ * through).
  */
-static void comm_build(const zp_mpi_t *m, const zc_config_t *cfg, zp_mpi_comm_t *e, int rank,
-                       int size)
+static void comm_build(const zp_mpi_t *m, zp_mpi_comm_t *e, int rank, int size)
 {
+    const zc_config_t *cfg = zp_config();
     MPI_Comm dup;
-    zc_config_t ccfg = *cfg;
     zc_comm_t *zc = NULL;
     zc_status_t status = ZC_ERR_NO_MEMORY;
     int rc;
@@ -364,32 +366,31 @@ static void comm_build(const zp_mpi_t *m, const zc_config_t *cfg, zp_mpi_comm_t 
     }
     m->comm_set_errhandler(dup, m->errors_return);
 
+    const zp_engine_t *eng = zp_engine(); /* loads it: logged once when it cannot */
+    boot_ctx_t *b = calloc(1, sizeof(*b)), agree_ctx = {.m = m, .dup = dup};
+    if (!zp_agree(&agree_ops, &agree_ctx, size, eng && b)) {
+        if (eng && b)
+            ZC_WARN("libzipccl-preload: rank %d of %d: another rank cannot use zipccl; this "
+                    "communicator's calls go to MPI unchanged",
+                    rank, size);
+        free(b);
+        m->comm_free(&dup);
+        return;
+    }
+
+    char stats_file[STATS_PATH_MAX];
+    const char *stats = cfg->stats_file[0] ? stats_file : NULL;
     pthread_mutex_lock(&comms_lock);
     unsigned n = ++comms_created;
-    if (cfg->stats_file[0]) {
-        stats_path(m, e->comm, cfg->stats_file, n, e->stats_path, sizeof(e->stats_path));
-        ccfg.stats_file = e->stats_path;
-    }
+    if (stats)
+        stats_path(m, e->comm, cfg->stats_file, n, stats_file, sizeof(stats_file));
     pthread_mutex_unlock(&comms_lock);
 
-    zc_bootstrap_t *bs = calloc(1, sizeof(*bs));
-    boot_ctx_t *b = calloc(1, sizeof(*b));
-    if (bs && b) {
-        b->m = m;
-        b->dup = dup;
-        bs->ops = &boot_ops;
-        bs->ctx = b;
-        bs->rank = rank;
-        bs->size = size;
-        status = zc_comm_create(&ccfg, bs, &zc); /* takes bs */
-    } else {
-        free(bs);
-        free(b);
-    }
+    b->m = m;
+    b->dup = dup;
+    status = zp_comm_init(eng, rank, size, &boot_ops, b, stats, &zc); /* takes b */
 
-    int ok = status == ZC_OK, all_ok = 0;
-    rc = m->allreduce(&ok, &all_ok, 1, m->dt_int, m->op_min, dup);
-    if (rc != MPI_SUCCESS || !all_ok) {
+    if (!zp_agree(&agree_ops, &agree_ctx, size, status == ZC_OK)) {
         if (status != ZC_OK)
             ZC_ERROR("libzipccl-preload: rank %d of %d: cannot create the zipccl communicator: "
                      "%s; this communicator's calls go to MPI unchanged",
@@ -398,11 +399,12 @@ static void comm_build(const zp_mpi_t *m, const zc_config_t *cfg, zp_mpi_comm_t 
             ZC_WARN("libzipccl-preload: rank %d of %d: another rank could not create its zipccl "
                     "communicator; this communicator's calls go to MPI unchanged",
                     rank, size);
-        zc_comm_destroy(zc);
+        if (zc)
+            eng->comm_destroy(zc);
         zc = NULL;
     } else {
         ZC_INFO("libzipccl-preload: rank %d of %d: zipccl communicator %u ready%s%s", rank, size, n,
-                ccfg.stats_file[0] ? ", statistics to " : "", ccfg.stats_file);
+                stats ? ", statistics to " : "", stats ? stats : "");
     }
     /* the bootstrap is not used after creation */
     m->comm_free(&dup);
@@ -413,8 +415,7 @@ static void comm_build(const zp_mpi_t *m, const zc_config_t *cfg, zp_mpi_comm_t 
  * The entry of @p comm, made (collectively) at its first eligible call; NULL
  * when none can be attached (the call then passes through on every rank).
  */
-static zp_mpi_comm_t *comm_get(const zp_mpi_t *m, const zc_config_t *cfg, MPI_Comm comm, int rank,
-                               int size)
+static zp_mpi_comm_t *comm_get(const zp_mpi_t *m, MPI_Comm comm, int rank, int size)
 {
     zp_mpi_comm_t *e = NULL;
     int flag = 0, rc;
@@ -444,11 +445,11 @@ static zp_mpi_comm_t *comm_get(const zp_mpi_t *m, const zc_config_t *cfg, MPI_Co
         return NULL;
     }
     e->comm = comm;
-    comm_build(m, cfg, e, rank, size);
+    comm_build(m, e, rank, size);
     rc = m->comm_set_attr(comm, keyval, e);
     if (rc != MPI_SUCCESS) {
         ZC_ERROR("libzipccl-preload: PMPI_Comm_set_attr failed (MPI error %d)", rc);
-        zc_comm_destroy(e->zc);
+        comm_destroy_zc(e);
         free(e);
         return NULL;
     }
@@ -477,8 +478,7 @@ static void comms_destroy_all(const zp_mpi_t *m)
     for (zp_mpi_comm_t *e = list, *next; e; e = next) {
         next = e->next;
         /* destroyed here, in creation order of the list; the callback then frees the entry */
-        zc_comm_destroy(e->zc);
-        e->zc = NULL;
+        comm_destroy_zc(e);
         if (m->comm_delete_attr(e->comm, keyval) != MPI_SUCCESS)
             ZC_WARN("libzipccl-preload: PMPI_Comm_delete_attr failed at MPI_Finalize");
     }
@@ -515,7 +515,7 @@ static int call_dtype(const zp_mpi_t *m, const zc_config_t *cfg, const void *sen
     if (!recvbuf || !sendbuf || comm == m->comm_null)
         return -1; /* MPI reports these */
     if (sendbuf != MPI_IN_PLACE) {
-        size_t bytes = (size_t)count * zc_dtype_bytes(dtype);
+        size_t bytes = (size_t)count * zp_dtype_bytes(dtype);
         uintptr_t s = (uintptr_t)sendbuf, r = (uintptr_t)recvbuf;
         if (s < r + bytes && r < s + bytes)
             return -1; /* aliased buffers: erroneous, MPI says how */
@@ -533,24 +533,50 @@ static int call_failed(const zp_mpi_t *m, zp_mpi_comm_t *e, const char *what, in
                        zc_status_t status, int rank, int size)
 {
     ZC_ERROR("libzipccl-preload: rank %d of %d: %s of %d values failed in zipccl: %s; later calls "
-             "on this communicator go to MPI unchanged",
+             "on this communicator go to MPI unchanged, on every rank",
              rank, size, what, count, zc_status_string(status));
     e->failed = 1;
     m->comm_call_errhandler(e->comm, MPI_ERR_OTHER);
     return MPI_ERR_OTHER;
 }
 
-/* Runs an eligible call through zipccl: MPI_SUCCESS, an error, or -1 to pass it through. */
-static int run_zipccl(const zp_mpi_t *m, const zc_config_t *cfg, const char *what,
-                      const void *sendbuf, void *recvbuf, int count, zc_dtype_t dtype,
-                      MPI_Comm comm, int rank, int size)
+/*
+ * Whether @p e's calls still go through zipccl, agreed by every rank: a failed
+ * call may have failed on some ranks only (MPI_ERRORS_RETURN lets the program
+ * go on), and ranks that went on with zipccl while others passed through would
+ * hang. Every eligible call first reduces the local failed flags (one int,
+ * PMPI_Allreduce MAX on the user's communicator, in the call every rank makes);
+ * once any rank failed, every rank passes through from that call on.
+ */
+static int call_agree(const zp_mpi_t *m, zp_mpi_comm_t *e, int rank, int size)
 {
-    zp_mpi_comm_t *e = comm_get(m, cfg, comm, rank, size);
-    if (!e || !e->zc || e->failed)
+    int any = 0;
+    if (e->off)
+        return 0;
+    int rc = m->allreduce(&e->failed, &any, 1, m->dt_int, m->op_max, e->comm);
+    if (rc != MPI_SUCCESS || any) {
+        if (!e->failed)
+            ZC_WARN("libzipccl-preload: rank %d of %d: %s; this communicator's calls go to MPI "
+                    "unchanged from now on",
+                    rank, size,
+                    rc != MPI_SUCCESS ? "the agreement on failed calls failed"
+                                      : "a call failed in zipccl on another rank");
+        e->off = 1;
+        return 0;
+    }
+    return 1;
+}
+
+/* Runs an eligible call through zipccl: MPI_SUCCESS, an error, or -1 to pass it through. */
+static int run_zipccl(const zp_mpi_t *m, const char *what, const void *sendbuf, void *recvbuf,
+                      int count, zc_dtype_t dtype, MPI_Comm comm, int rank, int size)
+{
+    zp_mpi_comm_t *e = comm_get(m, comm, rank, size);
+    if (!e || !e->zc || !call_agree(m, e, rank, size))
         return -1;
     const void *src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-    zc_status_t status = zp_allreduce(e->zc, src, recvbuf, (size_t)count, dtype, ZC_OP_SUM,
-                                      zp_tensor_key(recvbuf, (size_t)count));
+    zc_status_t status = zp_allreduce(zp_engine(), e->zc, src, recvbuf, (size_t)count, dtype,
+                                      ZC_OP_SUM, zp_tensor_key(recvbuf, (size_t)count));
     if (status != ZC_OK)
         return call_failed(m, e, what, count, status, rank, size);
     return MPI_SUCCESS;
@@ -616,8 +642,8 @@ ZP_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_D
     int rank, size;
     int dtype = call_dtype(m, cfg, sendbuf, recvbuf, count, datatype, op, comm, &rank, &size);
     if (dtype >= 0) {
-        int rc = run_zipccl(m, cfg, "MPI_Allreduce", sendbuf, recvbuf, count, (zc_dtype_t)dtype,
-                            comm, rank, size);
+        int rc = run_zipccl(m, "MPI_Allreduce", sendbuf, recvbuf, count, (zc_dtype_t)dtype, comm,
+                            rank, size);
         if (rc != -1)
             return rc;
     }
@@ -661,8 +687,8 @@ ZP_EXPORT int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_
     int rank, size;
     int dtype = call_dtype(m, cfg, sendbuf, recvbuf, count, datatype, op, comm, &rank, &size);
     if (dtype >= 0 && request) {
-        int rc = run_zipccl(m, cfg, "MPI_Iallreduce", sendbuf, recvbuf, count, (zc_dtype_t)dtype,
-                            comm, rank, size);
+        int rc = run_zipccl(m, "MPI_Iallreduce", sendbuf, recvbuf, count, (zc_dtype_t)dtype, comm,
+                            rank, size);
         if (rc != -1) {
             int grc = m->grequest_start(greq_query, greq_free, greq_cancel, NULL, request);
             if (grc != MPI_SUCCESS)

@@ -16,9 +16,11 @@
  * to NCCL, always: comms of ncclCommInitAll (several ranks in one thread: a
  * blocking bootstrap would wait for ranks of its own process), comms created
  * inside a group or split from such comms or from comms made by functions not
- * interposed here, and non-blocking comms (config.blocking = 0 or
- * NCCL_COMM_BLOCKING=0: the caller polls ncclCommGetAsyncError, which a
- * zipccl call that blocks in its bootstrap would defeat).
+ * interposed here, and non-blocking comms (as NCCL decides: NCCL_COMM_BLOCKING
+ * 0 or 1 over config.blocking; the caller polls ncclCommGetAsyncError, which a
+ * zipccl call that blocks in its bootstrap would defeat). The setup ends with
+ * every rank agreeing (zp_agree); a failure on any rank leaves the comm to NCCL
+ * on all.
  *
  * Eligible ncclAllReduce: ZIPCCL_PRELOAD_NCCL=1, zp_eligible (float sum or avg
  * of at least ZIPCCL_MIN_BYTES, codec not none), a recorded blocking comm, not
@@ -37,9 +39,11 @@
  *   would hold back every other host function of the process (other streams,
  *   other communicators, NCCL's own), and a host function may not call CUDA.
  *   A stream waiting on a flag holds back only that stream. Without
- *   cuStreamWaitValue32 (no libcuda) device buffers go to NCCL.
- * - Host buffers (no CUDA device at all, as with the stand-in NCCL of the
- *   tests, or cudaPointerGetAttributes says host/unregistered): the stream is
+ *   cuStreamWaitValue32 (no libcuda, or a device where it fails: probed once
+ *   per comm, agreed by the ranks) device buffers go to NCCL.
+ * - Host buffers (no CUDA device or driver at all and libcuda not loaded by the
+ *   program, as with the stand-in NCCL of the tests, or cudaPointerGetAttributes
+ *   says host/unregistered): the stream is
  *   synchronized and zp_allreduce runs on the caller's buffers (on the
  *   proxy thread, so that calls keep their order); the call returns when done.
  *
@@ -67,6 +71,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- NCCL and CUDA types (nccl.h, cuda_runtime_api.h, cuda.h) ------------------------------- */
 
@@ -91,6 +96,8 @@ typedef void *cudaEvent_t;
 typedef int cudaError_t;
 
 #define CUDA_SUCCESS_ 0
+#define CUDA_ERROR_NOT_READY 600 /* cudaErrorNotReady: cudaEventQuery, not yet */
+#define CUDA_ERROR_NO_DEVICE 100 /* cudaErrorNoDevice */
 #define CUDA_MEMCPY_H2D 1
 #define CUDA_MEMCPY_D2H 2
 #define CUDA_HOST_ALLOC_PORTABLE 0x01
@@ -139,6 +146,7 @@ typedef struct nccl_ops {
     ncclResult_t (*comm_abort)(ncclComm_t);
     ncclResult_t (*comm_count)(const ncclComm_t, int *);
     ncclResult_t (*comm_user_rank)(const ncclComm_t, int *);
+    ncclResult_t (*comm_cu_device)(const ncclComm_t, int *);
     ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t *);
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
                                ncclComm_t, cudaStream_t);
@@ -163,6 +171,8 @@ typedef struct cuda_ops {
     cudaError_t (*event_create_with_flags)(cudaEvent_t *, unsigned);
     cudaError_t (*event_record)(cudaEvent_t, cudaStream_t);
     cudaError_t (*event_synchronize)(cudaEvent_t);
+    cudaError_t (*event_query)(cudaEvent_t);
+    cudaError_t (*device_synchronize)(void);
     cudaError_t (*event_destroy)(cudaEvent_t);
     cudaError_t (*host_alloc)(void **, size_t, unsigned);
     cudaError_t (*free_host)(void *);
@@ -226,6 +236,7 @@ static void nccl_resolve(void)
     *(void **)&nccl.comm_abort = real_symbol("ncclCommAbort");
     *(void **)&nccl.comm_count = real_symbol("ncclCommCount");
     *(void **)&nccl.comm_user_rank = real_symbol("ncclCommUserRank");
+    *(void **)&nccl.comm_cu_device = real_symbol("ncclCommCuDevice");
     *(void **)&nccl.comm_get_async_error = real_symbol("ncclCommGetAsyncError");
     *(void **)&nccl.all_reduce = real_symbol("ncclAllReduce");
     *(void **)&nccl.all_gather = real_symbol("ncclAllGather");
@@ -260,30 +271,53 @@ static void *open_first(const char *const *names)
     return NULL;
 }
 
+/* libcudart next to the libnccl that defines ncclAllReduce (CUDA's lib64 holds both). */
+static void *cudart_next_to_nccl(const char *const *names)
+{
+    Dl_info info;
+    void *rt = NULL;
+    if (!nccl_real()->all_reduce || !dladdr(*(void **)&nccl.all_reduce, &info) || !info.dli_fname ||
+        !strrchr(info.dli_fname, '/'))
+        return NULL;
+    char path[4096];
+    int dir = (int)(strrchr(info.dli_fname, '/') - info.dli_fname);
+    for (size_t i = 0; !rt && names[i]; i++)
+        if (snprintf(path, sizeof(path), "%.*s/%s", dir, info.dli_fname, names[i]) <
+            (int)sizeof(path))
+            rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    return rt;
+}
+
+static void *open_loaded(const char *const *names)
+{
+    for (size_t i = 0; names[i]; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+        if (h)
+            return h;
+    }
+    return NULL;
+}
+
 static void cuda_resolve(void)
 {
     static const char *const cudart_names[] = {"libcudart.so.13", "libcudart.so.12",
                                                "libcudart.so.11.0", "libcudart.so", NULL};
     static const char *const cuda_names[] = {"libcuda.so.1", "libcuda.so", NULL};
-    void *rt = open_first(cudart_names);
-    void *drv;
+    /*
+     * The runtime already loaded, else the one next to NCCL (made for the same driver), else
+     * any by name: a libcudart newer than the driver answers cudaErrorInsufficientDriver.
+     */
+    void *rt = open_loaded(cudart_names);
+    if (!rt)
+        rt = cudart_next_to_nccl(cudart_names);
+    if (!rt)
+        rt = open_first(cudart_names);
+    /* before cudaGetDeviceCount, which loads it: whether the program itself uses the driver */
+    void *drv = open_loaded(cuda_names);
     int n = 0;
-
-    /* not on the loader's path: CUDA's lib64 holds NCCL and libcudart side by side */
-    Dl_info info;
-    if (!rt && nccl_real()->all_reduce && dladdr(*(void **)&nccl.all_reduce, &info) &&
-        info.dli_fname && strrchr(info.dli_fname, '/')) {
-        char path[4096];
-        int dir = (int)(strrchr(info.dli_fname, '/') - info.dli_fname);
-        for (size_t i = 0; !rt && cudart_names[i]; i++)
-            if (snprintf(path, sizeof(path), "%.*s/%s", dir, info.dli_fname, cudart_names[i]) <
-                (int)sizeof(path))
-                rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    }
 
     if (!rt) {
         /* no runtime to ask about pointers: if the driver is in use, buffers may be device ones */
-        drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
         cuda_mode = drv ? CUDA_UNKNOWN : CUDA_NONE;
         if (drv)
             ZC_WARN("ncclAllReduce: libcuda is loaded but no libcudart.so.{13,12,11.0} found: "
@@ -303,6 +337,8 @@ static void cuda_resolve(void)
     RT(event_create_with_flags, "cudaEventCreateWithFlags");
     RT(event_record, "cudaEventRecord");
     RT(event_synchronize, "cudaEventSynchronize");
+    RT(event_query, "cudaEventQuery");
+    RT(device_synchronize, "cudaDeviceSynchronize");
     RT(event_destroy, "cudaEventDestroy");
     RT(host_alloc, "cudaHostAlloc");
     RT(free_host, "cudaFreeHost");
@@ -321,14 +357,29 @@ static void cuda_resolve(void)
             cuda_mode = CUDA_UNKNOWN;
             return;
         }
-    if (cuda.get_device_count(&n) != CUDA_SUCCESS_ || n < 1) {
-        /* no device: there can be no device pointers either */
+    cudaError_t err = cuda.get_device_count(&n);
+    if (err != CUDA_SUCCESS_ || n < 1) {
         cuda.get_last_error();
-        cuda_mode = CUDA_NONE;
+        /*
+         * Host memory only when there can be no device pointer: no device, or no driver at
+         * all, and the program has not loaded the driver itself. Any other failure (a runtime
+         * too new for the driver, beside a program's static one) leaves device buffers
+         * possible, which the host path would dereference: every call then goes to NCCL.
+         */
+        int no_driver = !open_loaded(cuda_names); /* libcudart would have loaded it */
+        if (!drv && (err == CUDA_ERROR_NO_DEVICE || (err == CUDA_SUCCESS_ && n < 1) || no_driver)) {
+            cuda_mode = CUDA_NONE;
+            return;
+        }
+        ZC_WARN("ncclAllReduce: cudaGetDeviceCount failed: %s (cuda error %d): buffers cannot "
+                "be classified, every call goes to NCCL",
+                cuda.get_error_string(err), (int)err);
+        cuda_mode = CUDA_UNKNOWN;
         return;
     }
     cuda_mode = CUDA_DEVICE;
-    drv = open_first(cuda_names);
+    if (!drv)
+        drv = open_first(cuda_names);
     /* the v2 entry point (CUDA 11.7 on): stream memory operations without a driver option */
     if (drv)
         *(void **)&cuda.stream_wait_value32 = dlsym(drv, "cuStreamWaitValue32_v2");
@@ -414,7 +465,8 @@ typedef struct job {
     uint64_t key;
     stage_t *stage; /* staged call; NULL: host buffers, the caller waits for done */
     uint32_t seq;   /* staged call: the flag value that releases the stream */
-    int ev_out_ok;  /* stage->ev_out was recorded: the stage is recycled after it */
+    int ev_out_ok;  /* stage->ev_out was recorded: the stage is recycled after it (else the
+                       teardown synchronizes the device before freeing it) */
     int done;
     zc_status_t status;
 } job_t;
@@ -429,8 +481,12 @@ typedef struct pcomm {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     zc_comm_t *zc;
-    ncclResult_t error; /* creation failed or a staged call failed: every later call fails */
-    int device;         /* CUDA device of the staged calls, -1 without CUDA */
+    ncclResult_t error; /* a staged call (or a host call's lost peer) failed: every later call
+                           fails; a failed creation excludes the comm instead */
+    int device;         /* the comm's CUDA device (ncclCommCuDevice), -1 without CUDA */
+    int staged_ok;      /* cuStreamWaitValue32 on the flag works on this device (probed) */
+    int aborting;       /* ncclCommAbort: the proxy skips what is left (atomic) */
+    int unfenced;       /* staged calls whose copy back has no event: sync before freeing */
 
     pthread_t proxy;
     int proxy_on, stop;
@@ -497,22 +553,71 @@ static void pcomm_add(ncclComm_t nc, int rank, int nranks, int blocking, const c
     pthread_mutex_unlock(&comms_lock);
 }
 
-/* Whether a comm created with @p config (NULL: none given) is blocking. */
+/*
+ * Whether a comm created with @p config (NULL: none given) is blocking, as
+ * NCCL decides it (envConfigOverride): NCCL_COMM_BLOCKING when it is 0 or 1
+ * overrides the config, else config.blocking when set, else blocking.
+ */
 static int config_blocking(const void *config)
 {
     const nccl_config_head_t *head = config;
+    const char *env = getenv("NCCL_COMM_BLOCKING");
+    if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+        return env[0] == '1';
     if (head && head->size >= sizeof(*head) && head->blocking != NCCL_CONFIG_UNDEF_INT)
         return head->blocking != 0;
-    const char *env = getenv("NCCL_COMM_BLOCKING");
-    return !(env && atoi(env) == 0);
+    return 1;
+}
+
+/* Makes @p device current (when >= 0), remembering the caller's in @p saved_p. */
+static void device_enter(int device, int *saved_p)
+{
+    *saved_p = -1;
+    if (device < 0 || cuda.get_device(saved_p) != CUDA_SUCCESS_) {
+        *saved_p = -1;
+        return;
+    }
+    if (*saved_p != device && cuda_failed(cuda.set_device(device), "cudaSetDevice"))
+        *saved_p = -1;
+}
+
+static void device_leave(int device, int saved)
+{
+    if (saved >= 0 && saved != device)
+        cuda.set_device(saved);
 }
 
 /* ---- the proxy thread ------------------------------------------------------------------------ */
+
+/*
+ * Waits for @p ev, polled, not cudaEventSynchronize: the work before it may sit
+ * forever behind a hung kernel on the user's stream, which is when a watchdog
+ * calls ncclCommAbort. CUDA_ERROR_NOT_READY when @p c is aborted meanwhile.
+ */
+static cudaError_t event_wait(pcomm_t *c, cudaEvent_t ev)
+{
+    cudaError_t err;
+    while (!__atomic_load_n(&c->aborting, __ATOMIC_ACQUIRE)) {
+        if ((err = cuda.event_query(ev)) != CUDA_ERROR_NOT_READY)
+            return err;
+        struct timespec pause = {0, 20000};
+        nanosleep(&pause, NULL);
+    }
+    return CUDA_ERROR_NOT_READY;
+}
+
+/* Releases every stream waiting on @p c's flag (c->lock held): the last sequence number issued. */
+static void flag_release_all(pcomm_t *c)
+{
+    if (c->flag)
+        __atomic_store_n(c->flag, c->seq, __ATOMIC_RELEASE);
+}
 
 static void *proxy_main(void *arg)
 {
     pcomm_t *c = arg;
 
+    /* the comm's device, not the creating thread's current one */
     if (c->device >= 0 && cuda.set_device(c->device) != CUDA_SUCCESS_)
         ZC_WARN("ncclAllReduce: proxy thread cannot select CUDA device %d", c->device);
     pthread_mutex_lock(&c->lock);
@@ -528,8 +633,11 @@ static void *proxy_main(void *arg)
         pthread_mutex_unlock(&c->lock);
 
         zc_status_t st;
+        int aborting = __atomic_load_n(&c->aborting, __ATOMIC_ACQUIRE);
         if (!j->stage) {
-            st = zp_allreduce(c->zc, j->sendbuf, j->recvbuf, j->count, j->dtype, j->op, j->key);
+            st = aborting ? ZC_ERR_PEER
+                          : zp_allreduce(zp_engine(), c->zc, j->sendbuf, j->recvbuf, j->count,
+                                         j->dtype, j->op, j->key);
             pthread_mutex_lock(&c->lock);
             j->status = st;
             j->done = 1;
@@ -537,20 +645,40 @@ static void *proxy_main(void *arg)
             continue;
         }
         stage_t *s = j->stage;
-        cudaError_t err = cuda.event_synchronize(s->ev_in);
-        if (cuda_failed(err, "waiting for the copy to the staging buffer"))
+        cudaError_t err = aborting ? CUDA_ERROR_NOT_READY : event_wait(c, s->ev_in);
+        aborting = __atomic_load_n(&c->aborting, __ATOMIC_ACQUIRE);
+        if (aborting)
+            st = ZC_ERR_PEER;
+        else if (cuda_failed(err, "waiting for the copy to the staging buffer"))
             st = ZC_ERR_IO;
         else
-            st = zp_allreduce(c->zc, s->buf, s->buf, j->count, j->dtype, j->op, j->key);
-        /* the stream waits for this store whatever happened: a failure must not hang it */
-        __atomic_store_n(c->flag, j->seq, __ATOMIC_RELEASE);
-        int recycle = j->ev_out_ok &&
-                      !cuda_failed(cuda.event_synchronize(s->ev_out), "waiting for the copy back");
+            st =
+                zp_allreduce(zp_engine(), c->zc, s->buf, s->buf, j->count, j->dtype, j->op, j->key);
+        /*
+         * The stream waits for this store whatever happened: a failure must not hang it. On
+         * abort the last sequence number issued releases every stream waiting (GEQ).
+         */
         pthread_mutex_lock(&c->lock);
-        if (st < 0 && c->error == ncclSuccess) {
+        if (aborting)
+            flag_release_all(c);
+        else
+            __atomic_store_n(c->flag, j->seq, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&c->lock);
+        int recycle = 0;
+        if (j->ev_out_ok && !aborting) {
+            err = event_wait(c, s->ev_out);
+            recycle = err == CUDA_SUCCESS_;
+            if (err != CUDA_SUCCESS_ && err != CUDA_ERROR_NOT_READY)
+                cuda_failed(err, "waiting for the copy back");
+        }
+        pthread_mutex_lock(&c->lock);
+        if (!recycle)
+            c->unfenced++; /* its copy back may still be queued: the teardown synchronizes */
+        if (st < 0 && c->error == ncclSuccess && !aborting) {
             ZC_ERROR("ncclAllReduce: zipccl all-reduce of %zu %s on rank %d of %d failed: %s; "
                      "the communicator reports it from now on",
-                     j->count, zc_dtype_name(j->dtype), c->rank, c->nranks, zc_status_string(st));
+                     j->count, zp_engine()->dtype_name(j->dtype), c->rank, c->nranks,
+                     zc_status_string(st));
             c->error = nccl_result(st);
         }
         if (recycle) {
@@ -640,17 +768,6 @@ static zc_status_t boot_broadcast(void *ctx, void *buf, size_t len, int root)
     return boot_wait(b, ncclSuccess, "bootstrap copy");
 }
 
-static zc_status_t boot_barrier(void *ctx)
-{
-    boot_t *b = ctx;
-    char one = 1, *all = malloc((size_t)b->nranks);
-    if (!all)
-        return ZC_ERR_NO_MEMORY;
-    zc_status_t st = boot_allgather(ctx, &one, 1, all);
-    free(all);
-    return st;
-}
-
 static void boot_destroy(void *ctx)
 {
     boot_t *b = ctx;
@@ -665,17 +782,41 @@ static void boot_destroy(void *ctx)
 
 static void zipccl_teardown(pcomm_t *c)
 {
+    int aborting = __atomic_load_n(&c->aborting, __ATOMIC_ACQUIRE);
     if (c->proxy_on) {
         pthread_mutex_lock(&c->lock);
         c->stop = 1;
         pthread_cond_broadcast(&c->cond);
         pthread_mutex_unlock(&c->lock);
-        pthread_join(c->proxy, NULL); /* after the queued calls ran */
+        pthread_join(c->proxy, NULL); /* after the queued calls ran (or were skipped: abort) */
         c->proxy_on = 0;
     }
-    zc_comm_destroy(c->zc);
+    if (c->zc)
+        zp_engine()->comm_destroy(c->zc);
     c->zc = NULL;
-    /* the proxy waited for each staged call's copy back: no stage is in use */
+    /*
+     * A staged call whose copy back has no event (it failed to enqueue, or the proxy skipped it
+     * on abort) may still have its wait, its copies, queued on the user's stream: the flag and
+     * the stages are freed only after the device is synchronized. On abort (the device may hold
+     * a hung kernel: NCCL's own abort has run, but another comm's may not) they are leaked.
+     */
+    int fenced = !c->unfenced;
+    if (!fenced && !aborting) {
+        int saved;
+        device_enter(c->device, &saved);
+        fenced = !cuda_failed(cuda.device_synchronize(), "cudaDeviceSynchronize before freeing "
+                                                         "the staging buffers");
+        device_leave(c->device, saved);
+    }
+    if (!fenced) {
+        ZC_WARN("ncclAllReduce: rank %d: %d staged call(s) may still use their staging buffers: "
+                "%s pinned buffers are not freed",
+                c->rank, c->unfenced, aborting ? "on abort," : "");
+        c->all_stages = NULL;
+        c->free_stages = NULL;
+        c->flag = NULL;
+        return;
+    }
     while (c->all_stages) {
         stage_t *s = c->all_stages;
         c->all_stages = s->all_next;
@@ -690,57 +831,155 @@ static void zipccl_teardown(pcomm_t *c)
     c->flag = NULL;
 }
 
-/* Makes @p c's zipccl communicator (c->lock held). Collective: every rank is here. */
-static ncclResult_t zipccl_setup(pcomm_t *c)
+/* Frees what boot_destroy frees but not @p b itself (the agreement's boot_t is on the stack). */
+static void boot_release(boot_t *b)
 {
-    boot_t *b = calloc(1, sizeof(*b));
-    zc_status_t st;
+    if (b->dev)
+        cuda.free(b->dev);
+    if (b->stream)
+        cuda.stream_destroy(b->stream);
+    b->dev = NULL;
+    b->stream = NULL;
+}
 
-    if (!b) {
-        ZC_ERROR("ncclAllReduce: out of memory creating the zipccl communicator");
-        return ncclSystemError;
-    }
+/*
+ * A boot_t for @p c: device buffers on c->device (current) and a private stream,
+ * or host buffers without CUDA. 0 on success; -1 when the stream cannot be made,
+ * and @p b then works on the default stream (the agreement still can).
+ */
+static int boot_prepare(boot_t *b, pcomm_t *c)
+{
     b->nccl = c->nccl;
     b->nranks = c->nranks;
-    b->device = -1;
+    b->device = c->device;
+    b->stream = NULL;
+    if (c->device < 0)
+        return 0;
+    if (cuda_failed(cuda.stream_create_with_flags(&b->stream, CUDA_STREAM_NON_BLOCKING),
+                    "cudaStreamCreateWithFlags")) {
+        b->stream = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+#define AGREE_OK 1     /* this rank is ready */
+#define AGREE_STAGED 2 /* and can stage device buffers (flag_prepare) */
+
+static const zp_coll_ops_t boot_ops = {
+    .allgather = boot_allgather,
+    .broadcast = boot_broadcast,
+    .destroy = boot_destroy,
+};
+
+/* The agreements' collectives: on the setup's own boot_t, which zipccl does not free. */
+static const zp_coll_ops_t agree_ops = {
+    .allgather = boot_allgather,
+    .broadcast = boot_broadcast,
+};
+
+/* The pinned completion flag and whether the device's streams can wait on it (@p a's stream). */
+static int flag_prepare(pcomm_t *c, boot_t *a)
+{
+    if (cuda_failed(cuda.host_alloc((void **)&c->flag, 64,
+                                    CUDA_HOST_ALLOC_MAPPED | CUDA_HOST_ALLOC_PORTABLE),
+                    "cudaHostAlloc of the completion flag") ||
+        cuda_failed(cuda.host_get_device_pointer(&c->flag_dev, c->flag, 0),
+                    "cudaHostGetDevicePointer of the completion flag")) {
+        if (c->flag)
+            cuda.free_host(c->flag);
+        c->flag = NULL;
+        return -1;
+    }
+    *c->flag = 0;
+    /*
+     * Whether cuStreamWaitValue32 on mapped host memory works here, tried once on a wait that
+     * is already satisfied: CUDA 12 and 13 have no device attribute for it (cuda.h's memop
+     * attributes cover NOR, 64-bit and flushes; 102 is virtual memory management), and a
+     * driver without stream memory operations answers CUDA_ERROR_NOT_SUPPORTED.
+     */
+    c->staged_ok = 0;
+    if (cuda.stream_wait_value32) {
+        int werr = cuda.stream_wait_value32(a->stream, (unsigned long long)(uintptr_t)c->flag_dev,
+                                            0, CU_STREAM_WAIT_VALUE_GEQ);
+        if (werr == 0 && !cuda_failed(cuda.stream_synchronize(a->stream), "the flag wait probe"))
+            c->staged_ok = 1;
+        else if (werr)
+            ZC_WARN("ncclAllReduce: cuStreamWaitValue32 on device %d failed (cuda driver error "
+                    "%d): all-reduces of device buffers go to NCCL",
+                    c->device, werr);
+    }
+    return 0;
+}
+
+/*
+ * Makes @p c's zipccl communicator (c->lock held). Collective: every rank is
+ * here, in the same ncclAllReduce. The ranks agree twice over the real NCCL
+ * (zp_agree):
+ * before the bootstrap, that every rank is ready for it (the engine loaded, its
+ * CUDA resources made), and after it, that every rank has a communicator. A
+ * failure on any rank excludes the comm on every rank: its calls go to NCCL.
+ * Always ncclSuccess: c->excluded says whether the comm uses zipccl.
+ */
+static ncclResult_t zipccl_setup(pcomm_t *c)
+{
+    const zp_engine_t *eng = zp_engine(); /* logged once when it cannot be loaded */
+    boot_t a = {0};                       /* the agreements' */
+    boot_t *b = calloc(1, sizeof(*b));
+    zc_status_t st = ZC_ERR_NO_MEMORY;
+    int saved = -1, ok;
+
+    c->device = -1;
+    c->staged_ok = 0;
     if (cuda_get() == CUDA_DEVICE) {
-        if (cuda_failed(cuda.get_device(&c->device), "cudaGetDevice") ||
-            cuda_failed(cuda.stream_create_with_flags(&b->stream, CUDA_STREAM_NON_BLOCKING),
-                        "cudaStreamCreateWithFlags")) {
-            free(b);
-            return ncclUnhandledCudaError;
+        /* the comm's device, not the calling thread's current one */
+        if (!nccl.comm_cu_device || nccl.comm_cu_device(c->nccl, &c->device) != ncclSuccess ||
+            c->device < 0) {
+            if (cuda_failed(cuda.get_device(&c->device), "cudaGetDevice"))
+                c->device = -1;
         }
-        b->device = c->device;
-        if (cuda_failed(cuda.host_alloc((void **)&c->flag, 64,
-                                        CUDA_HOST_ALLOC_MAPPED | CUDA_HOST_ALLOC_PORTABLE),
-                        "cudaHostAlloc of the completion flag") ||
-            cuda_failed(cuda.host_get_device_pointer(&c->flag_dev, c->flag, 0),
-                        "cudaHostGetDevicePointer of the completion flag")) {
-            if (c->flag)
-                cuda.free_host(c->flag);
-            c->flag = NULL;
-            boot_destroy(b);
-            return ncclUnhandledCudaError;
+        device_enter(c->device, &saved);
+    }
+    /* without its own stream the agreement runs on the default one: this rank must join it */
+    ok = boot_prepare(&a, c) == 0;
+    ok = ok && eng && b && boot_prepare(b, c) == 0 && (c->device < 0 || flag_prepare(c, &a) == 0);
+
+    int bits =
+        zp_agree(&agree_ops, &a, c->nranks, ok ? AGREE_OK | (c->staged_ok ? AGREE_STAGED : 0) : 0);
+    c->staged_ok = (bits & AGREE_STAGED) != 0; /* device buffers staged on every rank or none */
+    if (bits & AGREE_OK) {
+        st = zp_comm_init(eng, c->rank, c->nranks, &boot_ops, b, NULL, &c->zc); /* takes b */
+        b = NULL;
+        if (st < 0)
+            ZC_ERROR("ncclAllReduce: creating the zipccl communicator of rank %d of %d failed: %s",
+                     c->rank, c->nranks, zc_status_string(st));
+        if (st >= 0 && pthread_create(&c->proxy, NULL, proxy_main, c) != 0) {
+            ZC_ERROR("ncclAllReduce: cannot start the proxy thread of rank %d", c->rank);
+            st = ZC_ERR_NO_MEMORY;
+        } else if (st >= 0) {
+            c->proxy_on = 1;
         }
-        *c->flag = 0;
+        ok = zp_agree(&agree_ops, &a, c->nranks, st >= 0 ? AGREE_OK : 0) & AGREE_OK;
+    } else {
+        if (ok)
+            ZC_WARN("ncclAllReduce: rank %d of %d: another rank cannot use zipccl", c->rank,
+                    c->nranks);
+        ok = 0;
     }
-    zc_bootstrap_hooks_t hooks = {.allgather = boot_allgather,
-                                  .broadcast = boot_broadcast,
-                                  .barrier = boot_barrier,
-                                  .destroy = boot_destroy};
-    st = zc_comm_init_bootstrap(c->rank, c->nranks, &hooks, b, &c->zc);
-    if (st < 0) {
-        ZC_ERROR("ncclAllReduce: creating the zipccl communicator of rank %d of %d failed: %s",
-                 c->rank, c->nranks, zc_status_string(st));
-        return nccl_result(st);
+    if (b)
+        boot_destroy(b);
+    boot_release(&a);
+    device_leave(c->device, saved);
+    if (!ok) {
+        zipccl_teardown(c);
+        c->excluded = "zipccl could not be set up on every rank";
+        ZC_WARN("ncclAllReduce: nccl comm %p, rank %d of %d: %s; its all-reduces go to NCCL",
+                (void *)c->nccl, c->rank, c->nranks, c->excluded);
+        return ncclSuccess;
     }
-    if (pthread_create(&c->proxy, NULL, proxy_main, c) != 0) {
-        ZC_ERROR("ncclAllReduce: cannot start the proxy thread of rank %d", c->rank);
-        return ncclSystemError;
-    }
-    c->proxy_on = 1;
     ZC_INFO("ncclAllReduce: zipccl communicator for nccl comm %p, rank %d of %d, %s buffers",
-            (void *)c->nccl, c->rank, c->nranks, c->device >= 0 ? "device and host" : "host");
+            (void *)c->nccl, c->rank, c->nranks,
+            c->device >= 0 && c->staged_ok ? "device and host" : "host");
     return ncclSuccess;
 }
 
@@ -793,14 +1032,24 @@ static route_t route(const void *sendbuf, const void *recvbuf, cudaStream_t stre
         return ROUTE_NCCL;
     if (!send_dev)
         return ROUTE_HOST;
+    /* whether the device can wait on the flag is known after the setup (run_staged) */
     return cuda.stream_wait_value32 ? ROUTE_STAGED : ROUTE_NCCL;
 }
 
-/* The zipccl side of @p c, made on first use (c->lock held). */
-static ncclResult_t pcomm_ready(pcomm_t *c)
+/* run_host, run_staged: the call goes to the real ncclAllReduce after all. */
+#define PASS_TO_NCCL (-1)
+
+/*
+ * The zipccl side of @p c, made on first use (c->lock held): ncclSuccess, an
+ * error (every later call fails with it), or PASS_TO_NCCL when the setup failed
+ * on some rank and excluded the comm on all.
+ */
+static int pcomm_ready(pcomm_t *c)
 {
-    if (c->error == ncclSuccess && !c->zc)
+    if (c->error == ncclSuccess && !c->zc && !c->excluded)
         c->error = zipccl_setup(c);
+    if (c->error == ncclSuccess && c->excluded)
+        return PASS_TO_NCCL;
     return c->error;
 }
 
@@ -815,8 +1064,8 @@ static void enqueue(pcomm_t *c, job_t *j)
     pthread_cond_broadcast(&c->cond);
 }
 
-static ncclResult_t run_host(pcomm_t *c, const void *sendbuf, void *recvbuf, size_t count,
-                             zc_dtype_t dtype, zc_redop_t op, cudaStream_t stream)
+static int run_host(pcomm_t *c, const void *sendbuf, void *recvbuf, size_t count, zc_dtype_t dtype,
+                    zc_redop_t op, cudaStream_t stream)
 {
     /* work queued before the call may still write the host buffers */
     if (cuda_mode == CUDA_DEVICE &&
@@ -829,7 +1078,7 @@ static ncclResult_t run_host(pcomm_t *c, const void *sendbuf, void *recvbuf, siz
                .op = op,
                .key = zp_tensor_key(recvbuf, count)};
     pthread_mutex_lock(&c->lock);
-    ncclResult_t r = pcomm_ready(c);
+    int r = pcomm_ready(c);
     if (r == ncclSuccess) {
         enqueue(c, &j);
         while (!j.done)
@@ -840,7 +1089,7 @@ static ncclResult_t run_host(pcomm_t *c, const void *sendbuf, void *recvbuf, siz
         return r;
     if (j.status < 0) {
         ZC_ERROR("ncclAllReduce: zipccl all-reduce of %zu %s on rank %d of %d failed: %s", count,
-                 zc_dtype_name(dtype), c->rank, c->nranks, zc_status_string(j.status));
+                 zp_engine()->dtype_name(dtype), c->rank, c->nranks, zc_status_string(j.status));
         r = nccl_result(j.status);
         /* a lost peer breaks the communicator (zipccl.h); a mismatch only fails this call */
         if (r == ncclRemoteError) {
@@ -888,12 +1137,12 @@ err_free:
     return NULL;
 }
 
-static ncclResult_t run_staged(pcomm_t *c, const void *sendbuf, void *recvbuf, size_t count,
-                               zc_dtype_t dtype, zc_redop_t op, cudaStream_t stream)
+static int run_staged(pcomm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                      zc_dtype_t dtype, zc_redop_t op, cudaStream_t stream)
 {
-    size_t bytes = count * zc_dtype_bytes(dtype);
+    size_t bytes = count * zp_dtype_bytes(dtype);
     job_t *j = calloc(1, sizeof(*j));
-    ncclResult_t r;
+    int r, saved = -1;
 
     if (!j) {
         ZC_ERROR("ncclAllReduce: out of memory");
@@ -903,42 +1152,61 @@ static ncclResult_t run_staged(pcomm_t *c, const void *sendbuf, void *recvbuf, s
     r = pcomm_ready(c);
     if (r != ncclSuccess)
         goto err_unlock;
+    if (!c->staged_ok) {
+        r = PASS_TO_NCCL; /* no rank can wait on the flag (agreed in zipccl_setup) */
+        goto err_unlock;
+    }
+    /* the comm's device: the stages and events belong to it, whatever the caller's current */
+    device_enter(c->device, &saved);
     stage_t *s = stage_get(c, bytes);
     if (!s) {
         r = ncclUnhandledCudaError;
-        goto err_unlock;
+        goto err_leave;
     }
     uint32_t seq = c->seq + 1;
     int wait_err = 0;
     if (cuda_failed(cuda.memcpy_async(s->buf, sendbuf, bytes, CUDA_MEMCPY_D2H, stream),
-                    "cudaMemcpyAsync to the staging buffer") ||
-        cuda_failed(cuda.event_record(s->ev_in, stream), "cudaEventRecord") ||
+                    "cudaMemcpyAsync to the staging buffer")) {
+        /* nothing was enqueued: the stage is free again */
+        s->next = c->free_stages;
+        c->free_stages = s;
+        r = ncclUnhandledCudaError;
+        goto err_leave;
+    }
+    if (cuda_failed(cuda.event_record(s->ev_in, stream), "cudaEventRecord") ||
         (wait_err = cuda.stream_wait_value32(stream, (unsigned long long)(uintptr_t)c->flag_dev,
                                              seq, CU_STREAM_WAIT_VALUE_GEQ)) != 0) {
         if (wait_err)
             ZC_ERROR("ncclAllReduce: cuStreamWaitValue32 failed: cuda driver error %d", wait_err);
-        /* nothing waits for the proxy: the call did not start (stream order keeps the buffer) */
-        s->next = c->free_stages;
-        c->free_stages = s;
+        /*
+         * The copy into the stage is queued on the stream with no event behind it: the stage
+         * is not reused, and the teardown synchronizes the device before freeing it.
+         */
+        c->unfenced++;
         r = ncclUnhandledCudaError;
-        goto err_unlock;
+        goto err_leave;
     }
     /* from here the stream waits for seq: the job must run whatever fails next */
     c->seq = seq;
     int copy_failed =
         cuda_failed(cuda.memcpy_async(recvbuf, s->buf, bytes, CUDA_MEMCPY_H2D, stream),
                     "cudaMemcpyAsync from the staging buffer");
-    *j = (job_t){.count = count,
-                 .dtype = dtype,
-                 .op = op,
-                 .key = zp_tensor_key(recvbuf, count),
-                 .stage = s,
-                 .seq = seq,
-                 .ev_out_ok = !copy_failed && !cuda_failed(cuda.event_record(s->ev_out, stream),
-                                                           "cudaEventRecord")};
+    *j =
+        (job_t){.count = count,
+                .dtype = dtype,
+                .op = op,
+                .key = zp_tensor_key(recvbuf, count),
+                .stage = s,
+                .seq = seq,
+                /* behind the copy back, or behind the wait when that copy failed: either way
+                   the stream is done with the stage once it completes */
+                .ev_out_ok = !cuda_failed(cuda.event_record(s->ev_out, stream), "cudaEventRecord")};
     enqueue(c, j);
+    device_leave(c->device, saved);
     pthread_mutex_unlock(&c->lock);
     return copy_failed ? ncclUnhandledCudaError : ncclSuccess;
+err_leave:
+    device_leave(c->device, saved);
 err_unlock:
     pthread_mutex_unlock(&c->lock);
     free(j);
@@ -961,11 +1229,14 @@ ZP_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_
         !zc_types(datatype, op, &dtype, &zop) || !(cfg = zp_config()) || !cfg->preload_nccl ||
         !zp_eligible(cfg, dtype, zop, count) || !(c = pcomm_find(comm)) || c->excluded)
         return real->all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+    int r = PASS_TO_NCCL;
     switch (route(sendbuff, recvbuff, stream)) {
-    case ROUTE_HOST: return run_host(c, sendbuff, recvbuff, count, dtype, zop, stream);
-    case ROUTE_STAGED: return run_staged(c, sendbuff, recvbuff, count, dtype, zop, stream);
+    case ROUTE_HOST: r = run_host(c, sendbuff, recvbuff, count, dtype, zop, stream); break;
+    case ROUTE_STAGED: r = run_staged(c, sendbuff, recvbuff, count, dtype, zop, stream); break;
     case ROUTE_NCCL: break;
     }
+    if (r != PASS_TO_NCCL)
+        return (ncclResult_t)r;
     return real->all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 
@@ -1058,9 +1329,21 @@ ZP_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm)
     if (!real->comm_abort)
         return missing("ncclCommAbort");
     pcomm_t *c = pcomm_unlink(comm);
-    if (c)
-        pcomm_free(c); /* a call stuck on a dead peer ends at ZIPCCL_TIMEOUT_S */
-    return real->comm_abort(comm);
+    if (!c)
+        return real->comm_abort(comm);
+    /*
+     * The proxy skips what is queued and releases the waiting streams; NCCL's abort first,
+     * which ends NCCL kernels that may hold the user's stream (the proxy would otherwise wait
+     * behind them). A zipccl call already running ends at ZIPCCL_TIMEOUT_S at most.
+     */
+    __atomic_store_n(&c->aborting, 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&c->lock);
+    flag_release_all(
+        c); /* now, not after a zipccl call the proxy may be in (its results are lost) */
+    pthread_mutex_unlock(&c->lock);
+    ncclResult_t r = real->comm_abort(comm);
+    pcomm_free(c);
+    return r;
 }
 
 ZP_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)

@@ -273,6 +273,15 @@ EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
     return ncclSuccess;
 }
 
+/* host memory: no CUDA device, as NCCL never says; the interposer asks for it (-1 here) */
+EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
+{
+    if (!comm || !device)
+        return ncclInvalidArgument;
+    *device = -1;
+    return ncclSuccess;
+}
+
 EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
 {
     if (!comm || !rank)

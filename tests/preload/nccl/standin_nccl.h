@@ -52,6 +52,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 const char *ncclGetErrorString(ncclResult_t result);
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,

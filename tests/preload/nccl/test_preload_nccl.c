@@ -14,11 +14,20 @@
  *   mismatch       ranks disagree on the count: ncclInvalidUsage on each, then a good call works
  *   kill           a peer killed: ncclRemoteError, reported by ncclCommGetAsyncError and by the
  *                  next call; the comm can be aborted
- *   nonblocking-env  NCCL_COMM_BLOCKING=0: comms without a config, and splits without one,
- *                  go to the stand-in; a split with config.blocking = 1 uses zipccl
+ *   nonblocking-env  NCCL_COMM_BLOCKING=0: comms without a config, splits without one and a
+ *                  split with config.blocking = 1 go to the stand-in (the variable overrides
+ *                  the config, as NCCL's envConfigOverride)
+ *   blocking-env   NCCL_COMM_BLOCKING=1: a comm with config.blocking = 0 uses zipccl
  *   local-scope    the ranks are local_main: NCCL is loaded in a local scope (a library
  *                  dlopen'ed with RTLD_LOCAL uses it, as Python loads frameworks); the
  *                  interposer still finds it (standin_user.c checks the calls)
+ *   no-ucx         UCX_TLS=nosuchtransport: zipccl cannot connect, every rank agrees to leave
+ *                  the comm to the stand-in: every call goes there and succeeds
+ *   no-ucx-1       the same on rank 1 only (set there before the first eligible call)
+ *   cuda-unknown   a libcuda.so.1 stub preloaded before the library (LIBZIPCCL_PRELOAD is then
+ *                  "stub:library"): the driver is loaded but cudaGetDeviceCount fails (or no
+ *                  libcudart is found), device pointers could exist: every call goes to the
+ *                  stand-in
  *   codec-none     ZIPCCL_CODEC=none: every call goes to the stand-in
  *   preload-off    ZIPCCL_PRELOAD_NCCL=0: likewise
  *   bad-config     ZIPCCL_CODEC=bogus: the preload library's configuration fails, every call
@@ -456,12 +465,12 @@ static int case_kill(void)
 
 /*
  * NCCL_COMM_BLOCKING=0: comms without a config are non-blocking and left to NCCL, and so is a
- * split without a config (it inherits the parent's); a split with blocking = 1 uses zipccl.
+ * split without a config (it inherits the parent's) and one with config.blocking = 1: NCCL's
+ * variable overrides the config (envConfigOverride).
  */
 static int case_nonblocking_env(void)
 {
     ncclComm_t comm, child;
-    int members[64], crank, csize;
     what = "init";
     NCCL_OK(ncclCommInitRank(&comm, gsize, ids[0], grank));
     what = "f32 sum on a non-blocking comm";
@@ -475,12 +484,27 @@ static int case_nonblocking_env(void)
     what = "split with blocking = 1";
     ncclConfig_t config = {.size = sizeof(ncclConfig_t), .magic = 0xcafebeef, .blocking = 1};
     NCCL_OK(ncclCommSplit(comm, 0, grank, &child, &config));
-    NCCL_OK(ncclCommUserRank(child, &crank));
-    NCCL_OK(ncclCommCount(child, &csize));
-    NCCL_OK(ncclAllGather(&grank, members, 1, ncclInt32, child, NULL));
-    if (zipccl_call(child, members, csize, 0, ncclFloat32, ncclSum, 100003, 0, 3))
+    if (forwarded_call(child, ncclFloat32, ncclSum, 100003, 0, 3))
         return 1;
     NCCL_OK(ncclCommDestroy(child));
+    NCCL_OK(ncclCommDestroy(comm));
+    return 0;
+}
+
+/* NCCL_COMM_BLOCKING=1: a comm whose config says blocking = 0 is blocking, and uses zipccl. */
+static int case_blocking_env(void)
+{
+    ncclComm_t comm;
+    int members[64], crank, csize;
+    what = "init with blocking = 0";
+    ncclConfig_t config = {.size = sizeof(ncclConfig_t), .magic = 0xcafebeef, .blocking = 0};
+    NCCL_OK(ncclCommInitRankConfig(&comm, gsize, ids[0], grank, &config));
+    NCCL_OK(ncclCommUserRank(comm, &crank));
+    NCCL_OK(ncclCommCount(comm, &csize));
+    NCCL_OK(ncclAllGather(&grank, members, 1, ncclInt32, comm, NULL));
+    what = "f32 sum";
+    if (zipccl_call(comm, members, csize, 0, ncclFloat32, ncclSum, 100003, 0, 1))
+        return 1;
     NCCL_OK(ncclCommDestroy(comm));
     return 0;
 }
@@ -523,6 +547,10 @@ static int rank_main(const char *name)
         return case_kill();
     if (strcmp(name, "nonblocking-env") == 0)
         return case_nonblocking_env();
+    if (strcmp(name, "blocking-env") == 0)
+        return case_blocking_env();
+    if (strcmp(name, "no-ucx-1") == 0 && grank == 1)
+        setenv("UCX_TLS", "nosuchtransport", 1);
     return case_forwarded();
 }
 
@@ -549,6 +577,14 @@ int main(int argc, char **argv)
     } else if (strcmp(name, "nonblocking-env") == 0) {
         extra[0] = "ZIPCCL_ALGO=allgather";
         extra[1] = "NCCL_COMM_BLOCKING=0";
+    } else if (strcmp(name, "no-ucx") == 0) {
+        extra[0] = "ZIPCCL_ALGO=allgather";
+        extra[1] = "UCX_TLS=nosuchtransport";
+    } else if (strcmp(name, "no-ucx-1") == 0) {
+        extra[0] = "ZIPCCL_ALGO=allgather";
+    } else if (strcmp(name, "blocking-env") == 0) {
+        extra[0] = "ZIPCCL_ALGO=allgather";
+        extra[1] = "NCCL_COMM_BLOCKING=1";
     } else if (strcmp(name, "mismatch") == 0 || strcmp(name, "kill") == 0) {
         extra[0] = "ZIPCCL_CODEC=qsgd";
         extra[1] = "ZIPCCL_ALGO=allgather";
@@ -557,6 +593,8 @@ int main(int argc, char **argv)
     } else if (strcmp(name, "preload-off") == 0) {
         extra[0] = "ZIPCCL_CODEC=qsgd";
         extra[1] = "ZIPCCL_PRELOAD_NCCL=0";
+    } else if (strcmp(name, "cuda-unknown") == 0) {
+        extra[0] = "ZIPCCL_ALGO=allgather";
     } else if (strcmp(name, "bad-config") == 0) {
         extra[0] = "ZIPCCL_CODEC=bogus";
     } else {
