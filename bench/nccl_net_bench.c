@@ -21,7 +21,7 @@
  * ratio = plugin / transport: 1 means the plugin adds nothing to UCX.
  * GB/s are 10^9 bytes per second.
  */
-#include "bench/pair_bootstrap.h"
+#include "bench/pair.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/timer.h"
@@ -43,8 +43,6 @@
 
 #define MAX_SIZES 32
 #define MAX_WINDOW 32
-#define TAG_DATA 1
-#define TAG_ACK 2
 
 typedef struct options {
     const char *lib;
@@ -177,31 +175,6 @@ static int plugin_iter(plugin_t *p, int rank, size_t size, int msgs, int window,
     return plugin_wait(p, ack_req);
 }
 
-/* ---- the transport ---- */
-
-static zc_status_t transport_iter(zc_ucx_comm_t *comm, int rank, size_t size, int msgs, int window,
-                                  uint8_t *buf, zc_ucx_req_t *req)
-{
-    uint64_t ack = 0;
-    zc_ucx_req_t ack_req;
-
-    for (int i = 0; i < msgs; i++) {
-        zc_ucx_req_t *r = &req[i % window];
-        if (i >= window)
-            ZC_CHECK(zc_ucx_wait(comm, r, "bandwidth window"));
-        if (rank == 0)
-            ZC_CHECK(zc_ucx_isend(comm, 1, TAG_DATA, buf, size, r));
-        else
-            ZC_CHECK(zc_ucx_irecv(comm, 0, TAG_DATA, buf, size, r));
-    }
-    ZC_CHECK(zc_ucx_waitall(comm, req, (size_t)(msgs < window ? msgs : window), "bandwidth"));
-    if (rank == 0)
-        ZC_CHECK(zc_ucx_irecv(comm, 1, TAG_ACK, &ack, sizeof(ack), &ack_req));
-    else
-        ZC_CHECK(zc_ucx_isend(comm, 0, TAG_ACK, &ack, sizeof(ack), &ack_req));
-    return zc_ucx_wait(comm, &ack_req, "bandwidth ack");
-}
-
 /* ---- the plan ---- */
 
 static int compare_double(const void *a, const void *b)
@@ -269,7 +242,7 @@ static int run_rank(int rank, int fd, const options_t *o, result_t *res)
             if (bench_pair_barrier(&pc) != ZC_OK)
                 return 1;
             uint64_t t2 = zc_time_ns();
-            zc_status_t st = transport_iter(comm, rank, r->size, r->msgs, o->window, buf, req);
+            zc_status_t st = bench_pair_bw(comm, rank, r->size, r->msgs, o->window, buf, req);
             if (st != ZC_OK) {
                 fprintf(stderr, "nccl_net_bench: rank %d: transport transfer of %zu bytes: %s\n",
                         rank, r->size, zc_status_string(st));

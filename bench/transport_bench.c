@@ -27,7 +27,7 @@
  * ratio >= 1 means zipccl is at least as fast: zipccl/perftest for
  * bandwidth, perftest/zipccl for latency. GB/s are 10^9 bytes per second.
  */
-#include "bench/pair_bootstrap.h"
+#include "bench/pair.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/timer.h"
@@ -50,8 +50,7 @@
 extern char **environ;
 
 #define MAX_SIZES 32
-#define TAG_DATA 1
-#define TAG_ACK 2
+#define TAG_DATA BENCH_PAIR_TAG_DATA
 
 typedef struct options {
     size_t bw_sizes[MAX_SIZES], lat_sizes[MAX_SIZES];
@@ -66,29 +65,6 @@ typedef struct options {
 
 /* ---- zipccl runs -------------------------------------------------------------------------------
  */
-
-static zc_status_t bw_run(zc_ucx_comm_t *comm, int rank, size_t size, int iters, int window,
-                          uint8_t *buf, zc_ucx_req_t *req)
-{
-    uint64_t ack = 0;
-    zc_ucx_req_t ack_req;
-
-    for (int i = 0; i < iters; i++) {
-        zc_ucx_req_t *r = &req[i % window];
-        if (i >= window)
-            ZC_CHECK(zc_ucx_wait(comm, r, "bandwidth window"));
-        if (rank == 0)
-            ZC_CHECK(zc_ucx_isend(comm, 1, TAG_DATA, buf, size, r));
-        else
-            ZC_CHECK(zc_ucx_irecv(comm, 0, TAG_DATA, buf, size, r));
-    }
-    ZC_CHECK(zc_ucx_waitall(comm, req, (size_t)(iters < window ? iters : window), "bandwidth"));
-    if (rank == 0)
-        ZC_CHECK(zc_ucx_irecv(comm, 1, TAG_ACK, &ack, sizeof(ack), &ack_req));
-    else
-        ZC_CHECK(zc_ucx_isend(comm, 0, TAG_ACK, &ack, sizeof(ack), &ack_req));
-    return zc_ucx_wait(comm, &ack_req, "bandwidth ack");
-}
 
 static zc_status_t lat_run(zc_ucx_comm_t *comm, int rank, size_t size, int iters, uint8_t *buf)
 {
@@ -309,11 +285,11 @@ static int run_rank(int rank, int fd, const options_t *o, result_t *bw, result_t
             zc_status_t st;
             if (bench_pair_barrier(&pc) != ZC_OK)
                 return 1;
-            st = is_bw ? bw_run(comm, rank, res->size, warmup, o->window, buf, req)
+            st = is_bw ? bench_pair_bw(comm, rank, res->size, warmup, o->window, buf, req)
                        : lat_run(comm, rank, res->size, warmup, buf);
             if (st == ZC_OK && (st = zc_bootstrap_barrier(&bs)) == ZC_OK) {
                 uint64_t t0 = zc_time_ns();
-                st = is_bw ? bw_run(comm, rank, res->size, res->iters, o->window, buf, req)
+                st = is_bw ? bench_pair_bw(comm, rank, res->size, res->iters, o->window, buf, req)
                            : lat_run(comm, rank, res->size, res->iters, buf);
                 double s = (double)(zc_time_ns() - t0) / 1e9;
                 double v =

@@ -1,4 +1,6 @@
-#include "bench/pair_bootstrap.h"
+#include "bench/pair.h"
+
+#include "common/compiler.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -46,3 +48,26 @@ const zc_bootstrap_ops_t bench_pair_ops = {
     .allgather = bench_pair_allgather,
     .barrier = bench_pair_barrier,
 };
+
+zc_status_t bench_pair_bw(zc_ucx_comm_t *comm, int rank, size_t size, int iters, int window,
+                          uint8_t *buf, zc_ucx_req_t *req)
+{
+    uint64_t ack = 0;
+    zc_ucx_req_t ack_req;
+
+    for (int i = 0; i < iters; i++) {
+        zc_ucx_req_t *r = &req[i % window];
+        if (i >= window)
+            ZC_CHECK(zc_ucx_wait(comm, r, "bandwidth window"));
+        if (rank == 0)
+            ZC_CHECK(zc_ucx_isend(comm, 1, BENCH_PAIR_TAG_DATA, buf, size, r));
+        else
+            ZC_CHECK(zc_ucx_irecv(comm, 0, BENCH_PAIR_TAG_DATA, buf, size, r));
+    }
+    ZC_CHECK(zc_ucx_waitall(comm, req, (size_t)(iters < window ? iters : window), "bandwidth"));
+    if (rank == 0)
+        ZC_CHECK(zc_ucx_irecv(comm, 1, BENCH_PAIR_TAG_ACK, &ack, sizeof(ack), &ack_req));
+    else
+        ZC_CHECK(zc_ucx_isend(comm, 0, BENCH_PAIR_TAG_ACK, &ack, sizeof(ack), &ack_req));
+    return zc_ucx_wait(comm, &ack_req, "bandwidth ack");
+}
