@@ -515,7 +515,7 @@ static int call_dtype(const zp_mpi_t *m, const zc_config_t *cfg, const void *sen
     if (!recvbuf || !sendbuf || comm == m->comm_null)
         return -1; /* MPI reports these */
     if (sendbuf != MPI_IN_PLACE) {
-        size_t bytes = (size_t)count * zp_dtype_bytes(dtype);
+        size_t bytes = (size_t)count * zc_dtype_bytes(dtype);
         uintptr_t s = (uintptr_t)sendbuf, r = (uintptr_t)recvbuf;
         if (s < r + bytes && r < s + bytes)
             return -1; /* aliased buffers: erroneous, MPI says how */

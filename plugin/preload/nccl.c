@@ -677,8 +677,7 @@ static void *proxy_main(void *arg)
         if (st < 0 && c->error == ncclSuccess && !aborting) {
             ZC_ERROR("ncclAllReduce: zipccl all-reduce of %zu %s on rank %d of %d failed: %s; "
                      "the communicator reports it from now on",
-                     j->count, zp_engine()->dtype_name(j->dtype), c->rank, c->nranks,
-                     zc_status_string(st));
+                     j->count, zc_dtype_name(j->dtype), c->rank, c->nranks, zc_status_string(st));
             c->error = nccl_result(st);
         }
         if (recycle) {
@@ -1089,7 +1088,7 @@ static int run_host(pcomm_t *c, const void *sendbuf, void *recvbuf, size_t count
         return r;
     if (j.status < 0) {
         ZC_ERROR("ncclAllReduce: zipccl all-reduce of %zu %s on rank %d of %d failed: %s", count,
-                 zp_engine()->dtype_name(dtype), c->rank, c->nranks, zc_status_string(j.status));
+                 zc_dtype_name(dtype), c->rank, c->nranks, zc_status_string(j.status));
         r = nccl_result(j.status);
         /* a lost peer breaks the communicator (zipccl.h); a mismatch only fails this call */
         if (r == ncclRemoteError) {
@@ -1140,7 +1139,7 @@ err_free:
 static int run_staged(pcomm_t *c, const void *sendbuf, void *recvbuf, size_t count,
                       zc_dtype_t dtype, zc_redop_t op, cudaStream_t stream)
 {
-    size_t bytes = count * zp_dtype_bytes(dtype);
+    size_t bytes = count * zc_dtype_bytes(dtype);
     job_t *j = calloc(1, sizeof(*j));
     int r, saved = -1;
 

@@ -84,7 +84,6 @@ static void engine_load(void)
     ENGINE_FN(comm_init_bootstrap, "zc_comm_init_bootstrap");
     ENGINE_FN(comm_destroy, "zc_comm_destroy");
     ENGINE_FN(allreduce_key, "zc_allreduce_key");
-    ENGINE_FN(dtype_name, "zc_dtype_name");
     ENGINE_FN(comm_set_stats_file, "zc_comm_set_stats_file");
 #undef ENGINE_FN
     /* never dlclose'd: its communicators and threads may outlive any caller */
@@ -232,17 +231,6 @@ zc_status_t zp_comm_init(const zp_engine_t *eng, int rank, int size, const zp_co
     return st;
 }
 
-size_t zp_dtype_bytes(zc_dtype_t dtype)
-{
-    switch (dtype) {
-    case ZC_DTYPE_F16:
-    case ZC_DTYPE_BF16: return 2;
-    case ZC_DTYPE_F32: return 4;
-    case ZC_DTYPE_F64: return 8;
-    default: return 0;
-    }
-}
-
 /* ---- configuration and eligibility ---------------------------------------------------------- */
 
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
@@ -268,7 +256,7 @@ const zc_config_t *zp_config(void)
 
 int zp_eligible(const zc_config_t *cfg, zc_dtype_t dtype, zc_redop_t op, size_t count)
 {
-    if (!cfg || cfg->codec == 0 /* none: params.def's first choice */ || count == 0)
+    if (!cfg || cfg->codec == ZC_CODEC_NONE || count == 0)
         return 0;
     if (dtype != ZC_DTYPE_F32 && dtype != ZC_DTYPE_F16 && dtype != ZC_DTYPE_BF16 &&
         dtype != ZC_DTYPE_F64)
@@ -276,7 +264,7 @@ int zp_eligible(const zc_config_t *cfg, zc_dtype_t dtype, zc_redop_t op, size_t 
     if (op != ZC_OP_SUM && op != ZC_OP_AVG)
         return 0;
     /* f64 is reduced in f32 (zp_allreduce): what zipccl compresses is 4 bytes a value */
-    size_t elem = dtype == ZC_DTYPE_F64 ? 4 : zp_dtype_bytes(dtype);
+    size_t elem = dtype == ZC_DTYPE_F64 ? 4 : zc_dtype_bytes(dtype);
     if (count > SIZE_MAX / elem)
         return 0;
     return (uint64_t)(count * elem) >= (uint64_t)cfg->min_bytes;

@@ -37,7 +37,6 @@ typedef struct zp_engine {
     void (*comm_destroy)(zc_comm_t *comm);
     zc_status_t (*allreduce_key)(zc_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                                  zc_dtype_t dtype, zc_redop_t op, uint64_t key);
-    const char *(*dtype_name)(zc_dtype_t dtype);
     zc_status_t (*comm_set_stats_file)(zc_comm_t *comm, const char *path);
 } zp_engine_t;
 
@@ -89,9 +88,6 @@ zc_status_t zp_comm_init(const zp_engine_t *eng, int rank, int size, const zp_co
  * collective of @p ops fails.
  */
 int zp_agree(const zp_coll_ops_t *ops, void *ctx, int size, int bits);
-
-/* Bytes of a value of the float types zp_eligible accepts (f16, bf16 2; f32 4; f64 8), else 0. */
-size_t zp_dtype_bytes(zc_dtype_t dtype);
 
 /*
  * The ZIPCCL_* configuration, loaded and applied (log level) once per process,

@@ -25,7 +25,6 @@ static struct {
     void (*comm_destroy)(zc_comm_t *);
     zc_status_t (*allreduce_key)(zc_comm_t *, const void *, void *, size_t, zc_dtype_t, zc_redop_t,
                                  uint64_t);
-    const char *(*dtype_name)(zc_dtype_t);
     zc_status_t (*comm_set_stats_file)(zc_comm_t *, const char *);
 } real;
 static int fail_armed;
@@ -53,7 +52,6 @@ static void load(void)
     LOOKUP(lib, comm_init_bootstrap, "zc_comm_init_bootstrap");
     LOOKUP(lib, comm_destroy, "zc_comm_destroy");
     LOOKUP(lib, allreduce_key, "zc_allreduce_key");
-    LOOKUP(lib, dtype_name, "zc_dtype_name");
     LOOKUP(lib, comm_set_stats_file, "zc_comm_set_stats_file");
     const char *rank = getenv("OMPI_COMM_WORLD_RANK"), *fail_rank = getenv("ZC_TEST_FAIL_RANK"),
                *count = getenv("ZC_TEST_FAIL_COUNT");
@@ -85,12 +83,6 @@ EXPORT zc_status_t zc_allreduce_key(zc_comm_t *comm, const void *sendbuf, void *
         return ZC_ERR_INTERNAL;
     }
     return st;
-}
-
-EXPORT const char *zc_dtype_name(zc_dtype_t dtype)
-{
-    pthread_once(&once, load);
-    return real.dtype_name(dtype);
 }
 
 EXPORT zc_status_t zc_comm_set_stats_file(zc_comm_t *comm, const char *path)
