@@ -27,6 +27,7 @@
 #include "collectives/coll.h"
 #include "common/compiler.h"
 #include "common/log.h"
+#include "plugin/nccl/nccl_types.h"
 #include "transport/bootstrap/tcp.h"
 
 #include <arpa/inet.h>
@@ -336,31 +337,13 @@ ncclResult_t zc_collnet_close_coll(void *collComm)
 
 /* ---- what zipccl reduces ------------------------------------------------------------------- */
 
-/* NCCL's type as zipccl's: 0 for fp8 and unknown values. */
-static int map_dtype(ncclDataType_t type, zc_dtype_t *dtype_p)
+/*
+ * What CollNet reduces: NCCL never hands it avg (it arrives as sum, the GPU
+ * divides), so avg is declined like an unknown op.
+ */
+static int map_types(ncclDataType_t type, ncclRedOp_t op, zc_dtype_t *dtype_p, zc_redop_t *op_p)
 {
-    static const zc_dtype_t map[] = {
-        [ncclInt8] = ZC_DTYPE_I8,       [ncclUint8] = ZC_DTYPE_U8,    [ncclInt32] = ZC_DTYPE_I32,
-        [ncclUint32] = ZC_DTYPE_U32,    [ncclInt64] = ZC_DTYPE_I64,   [ncclUint64] = ZC_DTYPE_U64,
-        [ncclFloat16] = ZC_DTYPE_F16,   [ncclFloat32] = ZC_DTYPE_F32, [ncclFloat64] = ZC_DTYPE_F64,
-        [ncclBfloat16] = ZC_DTYPE_BF16,
-    };
-    if ((unsigned)type >= ZC_ARRAY_SIZE(map))
-        return 0;
-    *dtype_p = map[type];
-    return 1;
-}
-
-/* NCCL's operation as zipccl's (Avg and PreMulSum arrive as Sum); 0 for others. */
-static int map_op(ncclRedOp_t op, zc_redop_t *op_p)
-{
-    switch (op) {
-    case ncclSum: *op_p = ZC_OP_SUM; return 1;
-    case ncclProd: *op_p = ZC_OP_PROD; return 1;
-    case ncclMax: *op_p = ZC_OP_MAX; return 1;
-    case ncclMin: *op_p = ZC_OP_MIN; return 1;
-    default: return 0;
-    }
+    return op != ncclAvg && zc_nccl_dtype(type, dtype_p) && zc_nccl_redop(op, op_p);
 }
 
 ncclResult_t zc_collnet_reduce_support(ncclDataType_t dataType, ncclRedOp_t redOp, int *supported)
@@ -369,7 +352,7 @@ ncclResult_t zc_collnet_reduce_support(ncclDataType_t dataType, ncclRedOp_t redO
     zc_redop_t op;
     if (!supported)
         return ncclInternalError;
-    *supported = map_dtype(dataType, &dt) && map_op(redOp, &op);
+    *supported = map_types(dataType, redOp, &dt, &op);
     return ncclSuccess;
 }
 
@@ -423,7 +406,7 @@ ncclResult_t zc_collnet_iallreduce(void *collComm, void *sendData, void *recvDat
     (void)recvMhandle;
     if (!cc || !sendData || !recvData || count == 0 || !request)
         return ncclInternalError;
-    if (!map_dtype(dataType, &dt) || !map_op(redOp, &op)) {
+    if (!map_types(dataType, redOp, &dt, &op)) {
         ZC_ERROR("collnet: iallreduce of type %d with operation %d, which reduceSupport declined",
                  (int)dataType, (int)redOp);
         return ncclInternalError;

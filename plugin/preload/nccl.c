@@ -63,6 +63,7 @@
 
 #include "common/log.h"
 #include "plugin/nccl/nccl_abi.h"
+#include "plugin/nccl/nccl_types.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -420,26 +421,6 @@ static ncclResult_t nccl_result(zc_status_t st)
     case ZC_ERR_INTERNAL: return ncclInternalError;
     default: return ncclSystemError;
     }
-}
-
-static int zc_types(ncclDataType_t type, ncclRedOp_t op, zc_dtype_t *dtype_p, zc_redop_t *op_p)
-{
-    static const int dtypes[ncclNumTypes] = {
-        [ncclInt8] = ZC_DTYPE_I8,       [ncclUint8] = ZC_DTYPE_U8,    [ncclInt32] = ZC_DTYPE_I32,
-        [ncclUint32] = ZC_DTYPE_U32,    [ncclInt64] = ZC_DTYPE_I64,   [ncclUint64] = ZC_DTYPE_U64,
-        [ncclFloat16] = ZC_DTYPE_F16,   [ncclFloat32] = ZC_DTYPE_F32, [ncclFloat64] = ZC_DTYPE_F64,
-        [ncclBfloat16] = ZC_DTYPE_BF16, [ncclFloat8e4m3] = -1,        [ncclFloat8e5m2] = -1,
-    };
-    static const int ops[ncclNumOps] = {[ncclSum] = ZC_OP_SUM,
-                                        [ncclProd] = ZC_OP_PROD,
-                                        [ncclMax] = ZC_OP_MAX,
-                                        [ncclMin] = ZC_OP_MIN,
-                                        [ncclAvg] = ZC_OP_AVG};
-    if ((unsigned)type >= ncclNumTypes || dtypes[type] < 0 || (unsigned)op >= ncclNumOps)
-        return 0;
-    *dtype_p = (zc_dtype_t)dtypes[type];
-    *op_p = (zc_redop_t)ops[op];
-    return 1;
 }
 
 /* ---- communicators --------------------------------------------------------------------------- */
@@ -1225,8 +1206,9 @@ ZP_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_
     if (!real->all_reduce)
         return missing("ncclAllReduce");
     if (group_depth > 0 || count == 0 || !sendbuff || !recvbuff ||
-        !zc_types(datatype, op, &dtype, &zop) || !(cfg = zp_config()) || !cfg->preload_nccl ||
-        !zp_eligible(cfg, dtype, zop, count) || !(c = pcomm_find(comm)) || c->excluded)
+        !zc_nccl_dtype(datatype, &dtype) || !zc_nccl_redop(op, &zop) || !(cfg = zp_config()) ||
+        !cfg->preload_nccl || !zp_eligible(cfg, dtype, zop, count) || !(c = pcomm_find(comm)) ||
+        c->excluded)
         return real->all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
     int r = PASS_TO_NCCL;
     switch (route(sendbuff, recvbuff, stream)) {
