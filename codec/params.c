@@ -5,6 +5,14 @@
 zc_status_t zc_codec_params_from_config(const zc_config_t *cfg, zc_codec_id_t codec,
                                         zc_codec_params_t *params_p)
 {
+    _Static_assert((int)ZC_CFG_QSGD_SCALE_MAX == (int)ZC_QSGD_SCALE_MAX &&
+                       (int)ZC_CFG_QSGD_SCALE_L2 == (int)ZC_QSGD_SCALE_L2 &&
+                       (int)ZC_CFG_QSGD_CODING_FIXED == (int)ZC_QSGD_CODING_FIXED &&
+                       (int)ZC_CFG_QSGD_CODING_ELIAS == (int)ZC_QSGD_CODING_ELIAS &&
+                       (int)ZC_CFG_QSGD_CODING_AUTO == (int)ZC_QSGD_CODING_AUTO &&
+                       (int)ZC_CFG_TOPK_VALUES_F32 == (int)ZC_TOPK_VALUES_F32 &&
+                       (int)ZC_CFG_TOPK_VALUES_F16 == (int)ZC_TOPK_VALUES_F16,
+                   "the QSGD and top-k choices of common/choices.h are zipccl_codec.h's enums");
     zc_codec_params_t p;
 
     ZC_CHECK(zc_codec_params_default(codec, &p));

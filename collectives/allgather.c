@@ -251,7 +251,6 @@ static zc_status_t allgather_progress(zc_coll_op_t *op)
 }
 
 const zc_algo_t zc_algo_allgather = {
-    .name = "allgather",
     .start = allgather_start,
     .progress = allgather_progress,
     .fini = allgather_fini,

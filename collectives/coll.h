@@ -52,8 +52,8 @@ typedef struct zc_request zc_coll_op_t;
 #define ZC_COLL_MAX_CHUNKS (1u << ZC_COLL_CHUNK_BITS)
 #define ZC_COLL_HEADER_STEP ((1u << ZC_COLL_STEP_BITS) - 1)
 
+/* An algorithm's implementation; its id, name and codecs are algo.h's and policy.c's. */
 typedef struct zc_algo {
-    const char *name;
     /* Allocates op->priv and posts the first transfers; no waiting. */
     zc_status_t (*start)(zc_coll_op_t *op);
     /* Advances without blocking: ZC_INPROGRESS, ZC_OK (result in op->recvbuf) or an error. */
@@ -66,11 +66,11 @@ typedef struct zc_algo {
     void (*fini)(zc_coll_op_t *op);
 } zc_algo_t;
 
-/* algorithms (one file each) */
-extern const zc_algo_t zc_algo_ring; /* ring.c: raw reduce-scatter + all-gather, any dtype/op */
-extern const zc_algo_t zc_algo_allgather; /* allgather.c: compressed all-gather, decode all */
-extern const zc_algo_t zc_algo_scatter;   /* scatter.c: compressed scatter-reduce-allgather */
-extern const zc_algo_t zc_algo_cring;     /* cring.c: ring on payloads of a linear codec */
+/* algorithms (one file each, op.c's table indexes them by zc_algo_id_t) */
+extern const zc_algo_t zc_algo_raw_ring;        /* raw_ring.c */
+extern const zc_algo_t zc_algo_compressed_ring; /* compressed_ring.c */
+extern const zc_algo_t zc_algo_allgather;       /* allgather.c */
+extern const zc_algo_t zc_algo_scatter;         /* scatter.c */
 
 /* One all-reduce from zc_iallreduce to completion. */
 struct zc_request {
@@ -109,7 +109,8 @@ struct zc_request {
 };
 
 struct zc_comm {
-    zc_config_t cfg;
+    zc_config_t cfg;   /* its STRING values point into cfg_strings */
+    char *cfg_strings; /* zc_config_own_strings' block */
     zc_bootstrap_t *bs;
     zc_ucx_comm_t *ucx;
     int rank, size;

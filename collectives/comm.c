@@ -92,6 +92,7 @@ static void comm_free(zc_comm_t *comm)
     free(comm->graveyard);
     zc_bootstrap_destroy(comm->bs);
     free(comm->stats_file);
+    free(comm->cfg_strings);
     free(comm);
 }
 
@@ -105,6 +106,11 @@ zc_status_t zc_comm_create(const zc_config_t *cfg, zc_bootstrap_t *bs, zc_comm_t
         return ZC_ERR_NO_MEMORY;
     }
     comm->cfg = *cfg;
+    if (zc_config_own_strings(&comm->cfg, &comm->cfg_strings) != ZC_OK) {
+        zc_bootstrap_destroy(bs);
+        free(comm);
+        return ZC_ERR_NO_MEMORY;
+    }
     comm->bs = bs;
     comm->rank = bs->rank;
     comm->size = bs->size;
@@ -122,11 +128,12 @@ zc_status_t zc_comm_create(const zc_config_t *cfg, zc_bootstrap_t *bs, zc_comm_t
         }
         comm->thread_on = 1;
     }
-    static const char *const algo_cfg[] = {"auto", "ring", "allgather", "scatter"};
+    static const char *const algo_choices[] = {ZC_CHOICE_NAMES(ZC_CHOICES_ALGO)};
     ZC_INFO("zc_comm_init: rank %d of %d, bootstrap %s, codec %s, algo %s, min bytes %" PRId64 "%s",
             comm->rank, comm->size, bs->ops->name,
             cfg->codec == ZC_POLICY_CODEC_AUTO ? "auto" : zc_codec_name((zc_codec_id_t)cfg->codec),
-            algo_cfg[cfg->algo], cfg->min_bytes, cfg->progress_thread ? ", progress thread" : "");
+            algo_choices[cfg->algo], cfg->min_bytes,
+            cfg->progress_thread ? ", progress thread" : "");
     *comm_p = comm;
     return ZC_OK;
 fail:
@@ -134,28 +141,101 @@ fail:
     return status;
 }
 
-static zc_status_t load_config(zc_config_t *cfg)
+/* A zc_comm_config_t: a configuration whose STRING values it owns. */
+struct zc_comm_config {
+    zc_config_t cfg;
+    char *strings; /* zc_config_own_strings' block */
+};
+
+ZC_EXPORT zc_status_t zc_comm_config_create(int read_env, zc_comm_config_t **config_p)
 {
-    ZC_CHECK(zc_config_load(NULL, cfg));
-    return zc_config_apply(cfg);
+    char *no_env[] = {NULL};
+    zc_comm_config_t *config;
+
+    if (!config_p)
+        return ZC_ERR_INVALID_ARG;
+    config = calloc(1, sizeof(*config));
+    if (!config)
+        return ZC_ERR_NO_MEMORY;
+    zc_status_t status = zc_config_load(read_env ? NULL : no_env, &config->cfg);
+    if (status == ZC_OK)
+        status = zc_config_own_strings(&config->cfg, &config->strings);
+    if (status != ZC_OK) {
+        free(config);
+        return status;
+    }
+    *config_p = config;
+    return ZC_OK;
+}
+
+ZC_EXPORT zc_status_t zc_comm_config_set(zc_comm_config_t *config, const char *name,
+                                         const char *value)
+{
+    char *strings;
+
+    if (!config || !name || !value)
+        return ZC_ERR_INVALID_ARG;
+    zc_config_t cfg = config->cfg;
+    ZC_CHECK(zc_config_set(&cfg, name, value));
+    /* @p value is the caller's: take copies of every string, then let the old ones go */
+    ZC_CHECK(zc_config_own_strings(&cfg, &strings));
+    free(config->strings);
+    config->strings = strings;
+    config->cfg = cfg;
+    return ZC_OK;
+}
+
+ZC_EXPORT zc_status_t zc_comm_config_get(const zc_comm_config_t *config, const char *name,
+                                         char *buf, size_t len)
+{
+    const zc_param_desc_t *param = name ? zc_param_find(name) : NULL;
+
+    if (!config || !param || !buf || len == 0)
+        return ZC_ERR_INVALID_ARG;
+    zc_param_format(param, &config->cfg, buf, len);
+    return ZC_OK;
+}
+
+ZC_EXPORT void zc_comm_config_destroy(zc_comm_config_t *config)
+{
+    if (!config)
+        return;
+    free(config->strings);
+    free(config);
+}
+
+/* zc_comm_init's work for @p cfg: the process-wide settings, the tcp bootstrap, the comm. */
+static zc_status_t init_tcp(const zc_config_t *cfg, zc_comm_t **comm_p)
+{
+    zc_bootstrap_t *bs;
+
+    ZC_CHECK(zc_config_apply(cfg));
+    ZC_CHECK(zc_bootstrap_tcp_create(cfg, NULL, &bs));
+    return zc_comm_create(cfg, bs, comm_p);
 }
 
 ZC_EXPORT zc_status_t zc_comm_init(zc_comm_t **comm_p)
 {
     zc_config_t cfg;
-    zc_bootstrap_t *bs;
 
     if (!comm_p)
         return ZC_ERR_INVALID_ARG;
-    ZC_CHECK(load_config(&cfg));
-    ZC_CHECK(zc_bootstrap_tcp_create(&cfg, NULL, &bs));
-    return zc_comm_create(&cfg, bs, comm_p);
+    ZC_CHECK(zc_config_load(NULL, &cfg));
+    return init_tcp(&cfg, comm_p);
 }
 
-ZC_EXPORT zc_status_t zc_comm_init_bootstrap(int rank, int size, const zc_bootstrap_hooks_t *hooks,
-                                             void *ctx, zc_comm_t **comm_p)
+ZC_EXPORT zc_status_t zc_comm_init_config(const zc_comm_config_t *config, zc_comm_t **comm_p)
 {
-    zc_config_t cfg;
+    if (!config || !comm_p)
+        return ZC_ERR_INVALID_ARG;
+    return init_tcp(&config->cfg, comm_p);
+}
+
+/* zc_comm_init_bootstrap's work for @p cfg (NULL: the environment's). */
+static zc_status_t init_hooks(const zc_config_t *cfg, int rank, int size,
+                              const zc_bootstrap_hooks_t *hooks, void *ctx, zc_comm_t **comm_p)
+{
+    zc_config_t env_cfg;
 
     if (!comm_p || !hooks || !hooks->allgather || !hooks->broadcast || !hooks->barrier ||
         size < 1 || size > ZC_UCX_MAX_RANKS || rank < 0 || rank >= size) {
@@ -165,9 +245,15 @@ ZC_EXPORT zc_status_t zc_comm_init_bootstrap(int rank, int size, const zc_bootst
             hooks->destroy(ctx);
         return ZC_ERR_INVALID_ARG;
     }
+    zc_status_t status = ZC_OK;
+    if (!cfg) {
+        status = zc_config_load(NULL, &env_cfg);
+        cfg = &env_cfg;
+    }
+    if (status == ZC_OK)
+        status = zc_config_apply(cfg);
     zc_bootstrap_t *bs = calloc(1, sizeof(*bs));
     hooks_ctx_t *h = calloc(1, sizeof(*h));
-    zc_status_t status = load_config(&cfg);
     if (!bs || !h || status != ZC_OK) {
         free(bs);
         free(h);
@@ -181,7 +267,25 @@ ZC_EXPORT zc_status_t zc_comm_init_bootstrap(int rank, int size, const zc_bootst
     bs->ctx = h;
     bs->rank = rank;
     bs->size = size;
-    return zc_comm_create(&cfg, bs, comm_p);
+    return zc_comm_create(cfg, bs, comm_p);
+}
+
+ZC_EXPORT zc_status_t zc_comm_init_bootstrap(int rank, int size, const zc_bootstrap_hooks_t *hooks,
+                                             void *ctx, zc_comm_t **comm_p)
+{
+    return init_hooks(NULL, rank, size, hooks, ctx, comm_p);
+}
+
+ZC_EXPORT zc_status_t zc_comm_init_bootstrap_config(const zc_comm_config_t *config, int rank,
+                                                    int size, const zc_bootstrap_hooks_t *hooks,
+                                                    void *ctx, zc_comm_t **comm_p)
+{
+    if (!config) {
+        if (hooks && hooks->destroy)
+            hooks->destroy(ctx);
+        return ZC_ERR_INVALID_ARG;
+    }
+    return init_hooks(&config->cfg, rank, size, hooks, ctx, comm_p);
 }
 
 ZC_EXPORT void zc_comm_destroy(zc_comm_t *comm)

@@ -39,8 +39,8 @@ typedef struct call_header {
 #define ERROR_SAMPLE_PERIOD 16
 
 static const zc_algo_t *const algos[ZC_ALGO_COUNT] = {
-    [ZC_ALGO_RAW] = &zc_algo_ring,
-    [ZC_ALGO_CRING] = &zc_algo_cring,
+    [ZC_ALGO_RAW_RING] = &zc_algo_raw_ring,
+    [ZC_ALGO_COMPRESSED_RING] = &zc_algo_compressed_ring,
     [ZC_ALGO_ALLGATHER] = &zc_algo_allgather,
     [ZC_ALGO_SCATTER] = &zc_algo_scatter,
 };
@@ -132,14 +132,14 @@ static zc_status_t op_prepare(zc_coll_op_t *op)
     zc_comm_t *comm = op->comm;
 
     op->rng.counter = (uint32_t)op->seq;
-    if (op->path.algo != ZC_ALGO_RAW && zc_codec_needs_state(&op->path.params)) {
+    if (op->path.algo != ZC_ALGO_RAW_RING && zc_codec_needs_state(&op->path.params)) {
         ZC_CHECK(zc_state_get(comm->store, op->key, op->count, op->dtype, &op->path.params,
                               &op->tstate));
         op->rng.counter = op->tstate->calls;
     }
     int stats_on = comm->cfg.stats || comm->cfg.stats_file[0];
     op->stats.sample_err =
-        stats_on && op->path.algo != ZC_ALGO_RAW && op->seq % ERROR_SAMPLE_PERIOD == 0;
+        stats_on && op->path.algo != ZC_ALGO_RAW_RING && op->seq % ERROR_SAMPLE_PERIOD == 0;
     return ZC_OK;
 }
 

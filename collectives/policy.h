@@ -9,7 +9,7 @@
  * bandwidth W and latency L per ring step, codec ratio r (payload / input),
  * encode and decode speeds E and D (input bytes per second):
  *   raw ring   2 (n-1) (L + B / (n W)) + (n-1) B / (n A)     (A: add speed)
- *   cring      B / E + 2 (n-1) (L + r B / (n W)) + (n-1) r B / (n R) + B / D
+ *   ring       B / E + 2 (n-1) (L + r B / (n W)) + (n-1) r B / (n R) + B / D
  *   allgather  B / E + (n-1) (L + r B / W) + n B / D
  *   scatter    B / E + (n-1) (L + r B / (n W)) + B / D + B / (n E)
  *              + (n-1) (L + r B / (n W)) + B / D
@@ -19,6 +19,7 @@
 #ifndef ZC_COLLECTIVES_POLICY_H
 #define ZC_COLLECTIVES_POLICY_H
 
+#include "collectives/algo.h"
 #include "common/config.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/ucx/ucx.h"
@@ -27,18 +28,10 @@
 
 #include <stddef.h>
 
-typedef enum zc_algo_id {
-    ZC_ALGO_RAW = 0,   /* uncompressed ring (codec none) */
-    ZC_ALGO_CRING,     /* ring on payloads of a linear codec */
-    ZC_ALGO_ALLGATHER, /* compressed all-gather */
-    ZC_ALGO_SCATTER,   /* compressed scatter-reduce-allgather */
-    ZC_ALGO_COUNT
-} zc_algo_id_t;
-
 /* One decision: the algorithm and the codec with its parameters. */
 typedef struct zc_path {
     zc_algo_id_t algo;
-    zc_codec_params_t params; /* codec NONE for ZC_ALGO_RAW; gradiveq.ranks = ranks */
+    zc_codec_params_t params; /* codec NONE for ZC_ALGO_RAW_RING; gradiveq.ranks = ranks */
 } zc_path_t;
 
 /* What the cost model knows about the machine; identical on every rank. */
@@ -62,30 +55,53 @@ typedef struct zc_policy {
     int measured; /* in holds measurements (auto) rather than defaults */
 } zc_policy_t;
 
-#define ZC_POLICY_CODEC_AUTO ZC_CODEC_COUNT /* ZIPCCL_CODEC=auto */
-#define ZC_POLICY_ALGO_AUTO 0               /* ZIPCCL_ALGO=auto; 1 ring, 2 allgather, 3 scatter */
+#define ZC_POLICY_CODEC_AUTO ZC_CFG_CODEC_AUTO /* ZIPCCL_CODEC=auto, after the codec ids */
+#define ZC_POLICY_ALGO_AUTO ZC_CFG_ALGO_AUTO
+
+/* policy.c: the pure model, arithmetic on zc_policy_t alone */
 
 /*
- * Fills @p pol from @p cfg for @p ucx's ranks. When ZIPCCL_CODEC or ZIPCCL_ALGO
- * is auto, measures (collectively, over @p ucx and @p bs) link bandwidth and
- * latency to the ring neighbours and this machine's codec speeds, and agrees on
- * them: the slowest link any rank measured, rank 0's codec speeds. Logs the
- * inputs at info level. Errors: the transport's, ZC_ERR_INVALID_CONFIG.
+ * Fills @p pol from @p cfg for @p nranks ranks, with nominal inputs (nothing
+ * measured). Errors: ZC_ERR_INVALID_CONFIG (logged, naming the variable).
+ */
+zc_status_t zc_policy_configure(zc_policy_t *pol, const zc_config_t *cfg, int nranks);
+
+/* Whether the configuration leaves a choice to the cost model, which then wants measurements. */
+int zc_policy_needs_measurement(const zc_policy_t *pol);
+
+/* The codecs choose() may use with this configuration, as a mask of 1 << zc_codec_id_t. */
+unsigned zc_policy_codecs_in_play(const zc_policy_t *pol);
+
+/* Logs the inputs and the paths they give f32 sums from 64 KiB to 1 GiB (info level). */
+void zc_policy_log(const zc_policy_t *pol);
+
+/* measure.c: the live measurements, collective */
+
+/*
+ * Measures (collectively, over @p ucx and @p bs) link bandwidth and latency to
+ * the ring neighbours and this machine's codec speeds, with the codecs' random
+ * draws keyed by @p seed, and agrees on them: the slowest link any rank
+ * measured, rank 0's codec speeds, into pol->in. A failure on any rank fails
+ * every rank. Errors: the transport's, ZC_ERR_NO_MEMORY.
+ */
+zc_status_t zc_policy_measure(zc_policy_t *pol, uint64_t seed, zc_bootstrap_t *bs,
+                              zc_ucx_comm_t *ucx);
+
+/*
+ * zc_policy_configure for @p ucx's ranks, then zc_policy_measure when
+ * ZIPCCL_CODEC or ZIPCCL_ALGO is auto; logs the inputs at info level.
  */
 zc_status_t zc_policy_init(zc_policy_t *pol, const zc_config_t *cfg, zc_bootstrap_t *bs,
                            zc_ucx_comm_t *ucx);
 
-/* The path of one call. Never fails: ineligible calls get ZC_ALGO_RAW. */
+/* The path of one call. Never fails: ineligible calls get ZC_ALGO_RAW_RING. */
 zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t op);
 
 /* Modelled seconds of @p path on @p bytes of f32 input (for the log, the tests and allreduce_perf).
  */
 double zc_policy_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec, size_t bytes);
 
-/* Whether @p algo can run @p codec (cring needs a linear codec, raw needs none). */
+/* Whether @p algo can run @p codec (the compressed ring needs a linear codec, raw needs none). */
 int zc_policy_supports(zc_algo_id_t algo, zc_codec_id_t codec);
-
-/* "raw", "ring", "allgather", "scatter". */
-const char *zc_algo_name(zc_algo_id_t algo);
 
 #endif

@@ -459,7 +459,6 @@ static zc_status_t scatter_progress(zc_coll_op_t *op)
 }
 
 const zc_algo_t zc_algo_scatter = {
-    .name = "scatter",
     .start = scatter_start,
     .progress = scatter_progress,
     .fini = scatter_fini,

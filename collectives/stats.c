@@ -28,10 +28,10 @@ static void add_call(zc_stats_t *s, int compressed, uint64_t bytes_in, uint64_t 
 void zc_stats_record(zc_stats_book_t *book, int algo, zc_codec_id_t codec, uint64_t bytes_in,
                      uint64_t bytes_wire_raw, const zc_op_stats_t *op, uint64_t total_ns)
 {
-    const int compressed = algo != ZC_ALGO_RAW && codec != ZC_CODEC_NONE;
+    const int compressed = algo != ZC_ALGO_RAW_RING && codec != ZC_CODEC_NONE;
     zc_stats_t *row = NULL;
 
-    if (algo >= 0 && algo < ZC_STATS_ALGOS && (unsigned)codec < ZC_CODEC_COUNT)
+    if (algo >= 0 && algo < ZC_ALGO_COUNT && (unsigned)codec < ZC_CODEC_COUNT)
         row = &book->rows[algo][codec];
     add_call(&book->total, compressed, bytes_in, bytes_wire_raw, op, total_ns);
     if (row)
@@ -77,7 +77,7 @@ static double ratio_of(const zc_stats_t *s)
 static void path_name(int algo, int codec, char *buf, size_t len)
 {
     const char *a = zc_algo_name((zc_algo_id_t)algo), *c = zc_codec_name((zc_codec_id_t)codec);
-    if (algo == ZC_ALGO_RAW && codec == ZC_CODEC_NONE)
+    if (algo == ZC_ALGO_RAW_RING && codec == ZC_CODEC_NONE)
         snprintf(buf, len, "raw");
     else
         snprintf(buf, len, "%s/%s", a ? a : "?", c ? c : "?");
@@ -116,7 +116,7 @@ void zc_stats_print(const zc_stats_book_t *book, double residual_norm, int rank,
     fprintf(f, "%4s  %-16s %8s %11s %11s %7s %9s %9s %9s %10s %10s\n", "rank", "path", "calls",
             "MiB in", "MiB wire", "ratio", "encode s", "decode s", "total s", "rel err",
             "residual");
-    for (int a = 0; a < ZC_STATS_ALGOS; a++) {
+    for (int a = 0; a < ZC_ALGO_COUNT; a++) {
         for (int c = 0; c < ZC_CODEC_COUNT; c++) {
             const zc_stats_t *s = &book->rows[a][c];
             if (!s->calls)
@@ -202,7 +202,7 @@ static void json_write(FILE *f, const zc_stats_book_t *book, double residual_nor
     fprintf(f, "{\n  \"rank\": %d,\n  \"size\": %d,\n  \"total\": {", rank, size);
     json_fields(f, &total, 1);
     fputs("},\n  \"paths\": [", f);
-    for (int a = 0; a < ZC_STATS_ALGOS; a++) {
+    for (int a = 0; a < ZC_ALGO_COUNT; a++) {
         for (int c = 0; c < ZC_CODEC_COUNT; c++) {
             const zc_stats_t *s = &book->rows[a][c];
             if (!s->calls)

@@ -6,6 +6,8 @@
 #ifndef ZC_COLLECTIVES_STATS_H
 #define ZC_COLLECTIVES_STATS_H
 
+#include "collectives/algo.h"
+
 #include <zipccl/zipccl.h>
 
 #include <stdint.h>
@@ -21,11 +23,9 @@ typedef struct zc_op_stats {
     double norm2;   /* sum of squared inputs of those payloads */
 } zc_op_stats_t;
 
-#define ZC_STATS_ALGOS 4 /* ZC_ALGO_COUNT */
-
 typedef struct zc_stats_book {
     zc_stats_t total;
-    zc_stats_t rows[ZC_STATS_ALGOS][ZC_CODEC_COUNT];
+    zc_stats_t rows[ZC_ALGO_COUNT][ZC_CODEC_COUNT];
     double rel_err_sum; /* of total; rows keep theirs in rows[][].rel_err as sums until read */
 } zc_stats_book_t;
 

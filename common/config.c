@@ -284,7 +284,7 @@ static void enum_name(const char *choices, int64_t index, char *buf, size_t len)
         if (c)
             c++;
     }
-    if (!c) {
+    if (!c || !*c) {
         snprintf(buf, len, "?");
         return;
     }
@@ -339,7 +339,7 @@ void zc_param_range(const zc_param_desc_t *param, char *buf, size_t len)
         break;
     case ZC_PARAM_KIND_ENUM: {
         size_t i = 0;
-        for (const char *c = param->choices; *c && i + 1 < len; c++)
+        for (const char *c = param->choices; *c && c[1] && i + 1 < len; c++) /* not the last ',' */
             buf[i++] = *c == ',' ? '|' : *c;
         buf[i] = '\0';
         break;
@@ -382,24 +382,52 @@ size_t zc_edit_distance(const char *a, const char *b)
     return row[lb];
 }
 
-static void warn_unknown(const char *name, size_t name_len)
+/* The known name closest to @p name, if close enough to be a typo; else NULL. */
+static const char *closest_name(const char *name)
 {
-    char buf[128];
     const char *best = NULL;
     size_t best_dist = SIZE_MAX;
 
-    snprintf(buf, sizeof(buf), "%.*s", (int)name_len, name);
     for (size_t i = 0; i < ZC_ARRAY_SIZE(params); i++) {
-        size_t d = zc_edit_distance(buf, params[i].name);
+        size_t d = zc_edit_distance(name, params[i].name);
         if (d < best_dist) {
             best_dist = d;
             best = params[i].name;
         }
     }
-    if (best && best_dist <= ZC_MAX(strlen(buf) / 3, 2))
+    return best && best_dist <= ZC_MAX(strlen(name) / 3, 2) ? best : NULL;
+}
+
+static void warn_unknown(const char *name, size_t name_len)
+{
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%.*s", (int)name_len, name);
+    const char *best = closest_name(buf);
+    if (best)
         ZC_WARN("unknown variable %s ignored; did you mean %s?", buf, best);
     else
         ZC_WARN("unknown variable %s ignored (zipccl-info lists the known ones)", buf);
+}
+
+/* The parameter named @p name (@p name_len characters, not necessarily terminated), or NULL. */
+static const zc_param_desc_t *param_lookup(const char *name, size_t name_len)
+{
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(params); i++)
+        if (strlen(params[i].name) == name_len && strncmp(params[i].name, name, name_len) == 0)
+            return &params[i];
+    return NULL;
+}
+
+/* Stores @p value for @p param, or logs why it is bad. STRING keeps the pointer. */
+static zc_status_t store_logged(const zc_param_desc_t *param, const char *value, zc_config_t *cfg)
+{
+    if (param_store(param, value, cfg) == ZC_OK)
+        return ZC_OK;
+    char range[256];
+    zc_param_range(param, range, sizeof(range));
+    ZC_ERROR("invalid %s=\"%s\": expected %s %s", param->name, value,
+             zc_param_kind_name(param->kind), range);
+    return ZC_ERR_INVALID_CONFIG;
 }
 
 zc_status_t zc_config_load(char *const *envp, zc_config_t *cfg_p)
@@ -415,35 +443,67 @@ zc_status_t zc_config_load(char *const *envp, zc_config_t *cfg_p)
         const char *eq = strchr(entry, '=');
         if (!eq || strncmp(entry, ZC_CONFIG_PREFIX, prefix_len) != 0)
             continue;
-        size_t name_len = (size_t)(eq - entry);
-        const zc_param_desc_t *param = NULL;
-        for (size_t i = 0; i < ZC_ARRAY_SIZE(params); i++) {
-            if (strlen(params[i].name) == name_len &&
-                strncmp(params[i].name, entry, name_len) == 0) {
-                param = &params[i];
-                break;
-            }
-        }
+        const zc_param_desc_t *param = param_lookup(entry, (size_t)(eq - entry));
         if (!param) {
-            warn_unknown(entry, name_len);
+            warn_unknown(entry, (size_t)(eq - entry));
             continue;
         }
-        if (param_store(param, eq + 1, &cfg) != ZC_OK) {
-            char range[256];
-            zc_param_range(param, range, sizeof(range));
-            ZC_ERROR("invalid %s=\"%s\": expected %s %s", param->name, eq + 1,
-                     zc_param_kind_name(param->kind), range);
-            return ZC_ERR_INVALID_CONFIG;
-        }
+        ZC_CHECK(store_logged(param, eq + 1, &cfg));
     }
     *cfg_p = cfg;
     return ZC_OK;
 }
 
+zc_status_t zc_config_set(zc_config_t *cfg, const char *name, const char *value)
+{
+    if (!cfg || !name || !value)
+        return ZC_ERR_INVALID_ARG;
+    const zc_param_desc_t *param = param_lookup(name, strlen(name));
+    if (!param) {
+        const char *best = closest_name(name);
+        if (best)
+            ZC_ERROR("unknown variable %s; did you mean %s?", name, best);
+        else
+            ZC_ERROR("unknown variable %s (zipccl-info lists the known ones)", name);
+        return ZC_ERR_INVALID_CONFIG;
+    }
+    return store_logged(param, value, cfg);
+}
+
+zc_status_t zc_config_own_strings(zc_config_t *cfg, char **block_p)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(params); i++)
+        if (params[i].kind == ZC_PARAM_KIND_STRING)
+            total += strlen(*param_string(&params[i], cfg)) + 1;
+    char *block = malloc(total), *at = block;
+    if (!block)
+        return ZC_ERR_NO_MEMORY;
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(params); i++) {
+        if (params[i].kind != ZC_PARAM_KIND_STRING)
+            continue;
+        const char **field = param_string(&params[i], cfg);
+        size_t len = strlen(*field) + 1;
+        memcpy(at, *field, len);
+        *field = at;
+        at += len;
+    }
+    *block_p = block;
+    return ZC_OK;
+}
+
 zc_status_t zc_config_apply(const zc_config_t *cfg)
 {
+    _Static_assert((int)ZC_CFG_LOG_LEVEL_ERROR == (int)ZC_LOG_ERROR &&
+                       (int)ZC_CFG_LOG_LEVEL_TRACE == (int)ZC_LOG_TRACE,
+                   "ZIPCCL_LOG_LEVEL's choices are zc_log_level_t's");
+    static const zc_cpu_level_t cpu_levels[] = {
+        [ZC_CFG_CPU_SCALAR] = ZC_CPU_SCALAR,
+        [ZC_CFG_CPU_AVX2] = ZC_CPU_AVX2,
+        [ZC_CFG_CPU_AVX512] = ZC_CPU_AVX512,
+    };
     zc_log_set_level((zc_log_level_t)cfg->log_level);
-    zc_cpu_level_t want = cfg->cpu == 0 ? zc_cpu_detect() : (zc_cpu_level_t)(cfg->cpu - 1);
+    zc_cpu_level_t want = cfg->cpu == ZC_CFG_CPU_AUTO ? zc_cpu_detect() : cpu_levels[cfg->cpu];
     if (zc_cpu_set_level(want) != ZC_OK) {
         ZC_ERROR("ZIPCCL_CPU=%s, but this processor supports at most %s", zc_cpu_level_name(want),
                  zc_cpu_level_name(zc_cpu_detect()));

@@ -6,6 +6,8 @@
 #ifndef ZC_COMMON_CONFIG_H
 #define ZC_COMMON_CONFIG_H
 
+#include "common/choices.h"
+
 #include <zipccl/zipccl_status.h>
 
 #include <stddef.h>
@@ -47,7 +49,7 @@ typedef struct zc_param_desc {
     size_t offset;    /* of the int64_t field in zc_config_t */
     const char *def;  /* default, as text */
     int64_t min, max;
-    const char *choices; /* ENUM: comma-separated names */
+    const char *choices; /* ENUM: comma-separated names, with a trailing comma */
     const char *doc;
 } zc_param_desc_t;
 
@@ -67,6 +69,23 @@ void zc_config_defaults(zc_config_t *cfg);
  * untouched. An unknown ZIPCCL_* name logs a warning with the closest known name.
  */
 zc_status_t zc_config_load(char *const *envp, zc_config_t *cfg_p);
+
+/*
+ * Sets the variable @p name ("ZIPCCL_CODEC") of @p cfg to @p value, parsed as
+ * zc_config_load does. A STRING keeps the pointer @p value (see
+ * zc_config_own_strings). An unknown name or a bad value logs an error naming
+ * the variable (and the closest name, or the accepted values) and returns
+ * ZC_ERR_INVALID_CONFIG with @p cfg untouched.
+ */
+zc_status_t zc_config_set(zc_config_t *cfg, const char *name, const char *value);
+
+/*
+ * Copies every STRING value of @p cfg into one allocation, returned in
+ * *@p block_p for the caller to free after the last use of @p cfg, and points
+ * @p cfg at the copies: the configuration then outlives the environment or
+ * the buffers it was read from.
+ */
+zc_status_t zc_config_own_strings(zc_config_t *cfg, char **block_p);
 
 /*
  * Applies the process-wide settings of @p cfg: the log level (ZIPCCL_LOG_LEVEL)

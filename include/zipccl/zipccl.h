@@ -87,6 +87,67 @@ zc_status_t zc_comm_init_bootstrap(int rank, int size, const zc_bootstrap_hooks_
                                    zc_comm_t **comm_p);
 
 /**
+ * A configuration: the settings of docs/env-vars.md, for programs that choose
+ * them in code rather than in the environment. The names and values are the
+ * ZIPCCL_* variables' own:
+ *
+ *     zc_comm_config_t *cfg;
+ *     zc_comm_config_create(1, &cfg);              // defaults, then the environment
+ *     zc_comm_config_set(cfg, "ZIPCCL_CODEC", "qsgd");
+ *     zc_comm_init_config(cfg, &comm);
+ *     zc_comm_config_destroy(cfg);                 // the communicator keeps a copy
+ *
+ * Thread safety: a configuration is used by one thread at a time; once built,
+ * it may be passed to several inits (each copies what it needs).
+ */
+typedef struct zc_comm_config zc_comm_config_t;
+
+/**
+ * Creates a configuration holding every default, then, with @p read_env
+ * non-zero, the process's ZIPCCL_* variables over them (as zc_comm_init
+ * reads them). Errors: ZC_ERR_INVALID_CONFIG (a bad variable, logged with its
+ * name), ZC_ERR_NO_MEMORY, ZC_ERR_INVALID_ARG.
+ */
+zc_status_t zc_comm_config_create(int read_env, zc_comm_config_t **config_p);
+
+/**
+ * Sets the variable @p name ("ZIPCCL_CODEC") to @p value ("qsgd", "64KiB",
+ * "auto"...), parsed as in the environment; @p value is copied. Errors:
+ * ZC_ERR_INVALID_CONFIG (unknown name, logged with the closest one; bad value,
+ * logged with the accepted range; @p config is then unchanged),
+ * ZC_ERR_INVALID_ARG, ZC_ERR_NO_MEMORY.
+ */
+zc_status_t zc_comm_config_set(zc_comm_config_t *config, const char *name, const char *value);
+
+/**
+ * Writes the value of @p name in @p config as text into @p buf (@p len bytes,
+ * truncated and terminated). Errors: ZC_ERR_INVALID_ARG (unknown name, NULL,
+ * @p len 0).
+ */
+zc_status_t zc_comm_config_get(const zc_comm_config_t *config, const char *name, char *buf,
+                               size_t len);
+
+/** Frees @p config; NULL is allowed. Communicators made from it are not affected. */
+void zc_comm_config_destroy(zc_comm_config_t *config);
+
+/**
+ * zc_comm_init with the settings of @p config instead of the environment's
+ * ZIPCCL_* variables (the launcher's RANK, WORLD_SIZE... are still read when
+ * ZIPCCL_RANK, ZIPCCL_SIZE or ZIPCCL_ROOT are auto or empty in @p config).
+ * The log level and ZIPCCL_CPU of @p config apply to the whole process, as
+ * the environment's do. Errors: those of zc_comm_init.
+ */
+zc_status_t zc_comm_init_config(const zc_comm_config_t *config, zc_comm_t **comm_p);
+
+/**
+ * zc_comm_init_bootstrap with the settings of @p config. On every error,
+ * hooks->destroy is called on @p ctx, as with zc_comm_init_bootstrap.
+ */
+zc_status_t zc_comm_init_bootstrap_config(const zc_comm_config_t *config, int rank, int size,
+                                          const zc_bootstrap_hooks_t *hooks, void *ctx,
+                                          zc_comm_t **comm_p);
+
+/**
  * Waits for the communicator's nonblocking calls, prints and writes the
  * statistics (ZIPCCL_STATS, ZIPCCL_STATS_FILE), frees per-tensor state and
  * closes the connections. Local. NULL is allowed.

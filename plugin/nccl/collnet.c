@@ -232,11 +232,16 @@ static void collnet_config(int nranks, zc_config_t *cfg)
     cfg->qsgd_ef = 0;
     cfg->gradiveq_ef = 0;
     cfg->progress_thread = 0;
-    if (cfg->algo == ZC_POLICY_ALGO_AUTO && cfg->codec != ZC_CODEC_NONE) {
+    _Static_assert((int)ZC_CFG_COLLNET_CODEC_NONE == (int)ZC_CODEC_NONE &&
+                       (int)ZC_CFG_COLLNET_CODEC_QSGD == (int)ZC_CODEC_QSGD &&
+                       (int)ZC_CFG_COLLNET_CODEC_FP16 == (int)ZC_CODEC_FP16 &&
+                       (int)ZC_CFG_COLLNET_CODEC_BF16 == (int)ZC_CODEC_BF16,
+                   "ZIPCCL_COLLNET_CODEC's choices are zc_codec_id_t values");
+    if (cfg->algo == ZC_CFG_ALGO_AUTO && cfg->codec != ZC_CODEC_NONE) {
         if (cfg->codec == ZC_CODEC_QSGD)
-            cfg->algo = nranks > 2 ? 3 /* scatter */ : 2 /* allgather */;
+            cfg->algo = nranks > 2 ? ZC_CFG_ALGO_SCATTER : ZC_CFG_ALGO_ALLGATHER;
         else
-            cfg->algo = 1; /* ring */
+            cfg->algo = ZC_CFG_ALGO_RING;
     }
 }
 

@@ -1508,6 +1508,108 @@ static int case_env_styles(void)
     return failed;
 }
 
+/* ---- configuration in code ---------------------------------------------------------------- */
+
+/*
+ * The environment says codec none; the configuration object says fp16 on the
+ * ring from 1 KiB and names a statistics file in a buffer that is overwritten
+ * and a configuration that is destroyed before the communicator is: the
+ * communicator must compress, and write its file where the setting said.
+ */
+static int config_rank(int rank, int size, void *arg)
+{
+    const char *dir = arg;
+    const size_t count = 4096;
+    float send[4096], recv[4096];
+    for (size_t i = 0; i < count; i++)
+        send[i] = (float)(rank + 1) * 0.25f + (float)i * 0x1p-12f;
+
+    my_rank = rank;
+    nranks = size;
+    logged[0] = '\0';
+    zc_log_set_sink(capture_sink, NULL);
+    zc_comm_config_t *cfg = NULL;
+    zc_harness_step("zc_comm_config");
+    CHECK(zc_comm_config_create(1, &cfg) == ZC_OK, "zc_comm_config_create");
+    char buf[256];
+    CHECK(zc_comm_config_get(cfg, "ZIPCCL_CODEC", buf, sizeof(buf)) == ZC_OK &&
+              strcmp(buf, "none") == 0,
+          "the environment's ZIPCCL_CODEC reads as '%s', not none", buf);
+    CHECK(zc_comm_config_set(cfg, "ZIPCCL_CODEC", "fp16") == ZC_OK &&
+              zc_comm_config_set(cfg, "ZIPCCL_ALGO", "ring") == ZC_OK &&
+              zc_comm_config_set(cfg, "ZIPCCL_MIN_BYTES", "1KiB") == ZC_OK,
+          "zc_comm_config_set refused a valid setting");
+    /* bad names and values are refused and leave the configuration as it was */
+    CHECK(zc_comm_config_set(cfg, "ZIPCCL_CODEK", "qsgd") == ZC_ERR_INVALID_CONFIG &&
+              logged_has("did you mean ZIPCCL_CODEC"),
+          "an unknown name was not refused with the closest name: %s", logged);
+    CHECK(zc_comm_config_set(cfg, "ZIPCCL_ALGO", "tree") == ZC_ERR_INVALID_CONFIG &&
+              logged_has("auto|ring|allgather|scatter"),
+          "a bad value was not refused with the choices: %s", logged);
+    CHECK(zc_comm_config_get(cfg, "ZIPCCL_ALGO", buf, sizeof(buf)) == ZC_OK &&
+              strcmp(buf, "ring") == 0,
+          "ZIPCCL_ALGO reads '%s' after a refused set", buf);
+    CHECK(zc_comm_config_set(NULL, "ZIPCCL_ALGO", "ring") == ZC_ERR_INVALID_ARG &&
+              zc_comm_config_get(cfg, "ZIPCCL_NOPE", buf, sizeof(buf)) == ZC_ERR_INVALID_ARG &&
+              zc_comm_init_config(NULL, &comm) == ZC_ERR_INVALID_ARG,
+          "NULL or unknown arguments accepted");
+    snprintf(buf, sizeof(buf), "%s/cfg-%%r.json", dir);
+    CHECK(zc_comm_config_set(cfg, "ZIPCCL_STATS_FILE", buf) == ZC_OK, "set ZIPCCL_STATS_FILE");
+    memset(buf, 'x', sizeof(buf) - 1); /* the configuration holds a copy, not this buffer */
+
+    zc_harness_step("zc_comm_init_config");
+    zc_status_t status = zc_comm_init_config(cfg, &comm);
+    zc_comm_config_destroy(cfg);
+    if (status == ZC_ERR_IO && rank == 0 && logged_has("cannot listen on port"))
+        *root_port_taken = 1;
+    CHECK(status == ZC_OK, "zc_comm_init_config: %s", zc_status_string(status));
+    CHECK(zc_comm_rank(comm) == rank && zc_comm_size(comm) == size, "rank %d of %d",
+          zc_comm_rank(comm), zc_comm_size(comm));
+
+    zc_harness_step("allreduce");
+    status = zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM);
+    CHECK(status == ZC_OK, "allreduce: %s", zc_status_string(status));
+    zc_stats_t st;
+    CHECK(zc_comm_stats(comm, &st) == ZC_OK && st.calls == 1 && st.calls_compressed == 1,
+          "the call was not compressed (%llu of %llu): the configuration was not used",
+          (unsigned long long)st.calls_compressed, (unsigned long long)st.calls);
+    for (size_t i = 0; i < count; i++) {
+        double want = 0;
+        for (int r = 0; r < size; r++)
+            want += (double)((float)(r + 1) * 0.25f + (float)i * 0x1p-12f);
+        /* fp16 on the ring: each input and each partial sum rounded once to 11 bits */
+        CHECK(fabs(recv[i] - want) <= fabs(want) * 0x1p-11 * (2 * size),
+              "element %zu: %g, expected %g within fp16 rounding", i, recv[i], want);
+    }
+    zc_harness_step("zc_comm_destroy");
+    zc_comm_destroy(comm);
+    comm = NULL;
+    char path[256];
+    snprintf(path, sizeof(path), "%s/cfg-%d.json", dir, rank);
+    CHECK(access(path, R_OK) == 0, "no statistics file %s", path);
+    return 0;
+}
+
+static int case_config(void)
+{
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/tmp/zc-allreduce-config-XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char *const env[] = {"ZIPCCL_CODEC=none", NULL};
+    zc_harness_opts_t o = {.nranks = 2, .deadline_s = 60, .env = env};
+    int rc = run_ranks(&o, config_rank, dir);
+    for (int r = 0; r < 2; r++) {
+        char path[128];
+        snprintf(path, sizeof(path), "%s/cfg-%d.json", dir, r);
+        unlink(path);
+    }
+    rmdir(dir);
+    return rc != 0;
+}
+
 /* ---- statistics file ------------------------------------------------------------------------ */
 
 /* A strict JSON syntax check (RFC 8259 values), enough to reject a broken file. */
@@ -1784,6 +1886,8 @@ static int run_case(const char *name)
         return case_env_styles();
     if (strcmp(name, "stats") == 0)
         return case_stats();
+    if (strcmp(name, "config") == 0)
+        return case_config();
     return -1;
 }
 

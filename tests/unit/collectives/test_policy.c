@@ -128,7 +128,7 @@ static zc_policy_t slow_link(int nranks, int codec_cfg, int algo_cfg)
 
 static void assert_raw(zc_path_t p, const char *what)
 {
-    cr_assert_eq(p.algo, ZC_ALGO_RAW, "%s: algo %s, expected raw", what, zc_algo_name(p.algo));
+    cr_assert_eq(p.algo, ZC_ALGO_RAW_RING, "%s: algo %s, expected raw", what, zc_algo_name(p.algo));
     cr_assert_eq(p.params.codec, ZC_CODEC_NONE, "%s: codec %s, expected none", what,
                  zc_codec_name(p.params.codec));
 }
@@ -140,29 +140,98 @@ Test(policy, supports_table)
     for (int c = 0; c < ZC_CODEC_COUNT; c++) {
         zc_codec_id_t codec = (zc_codec_id_t)c;
         int linear = (zc_codec_caps(codec) & ZC_CODEC_CAP_LINEAR) != 0;
-        cr_assert_eq(zc_policy_supports(ZC_ALGO_RAW, codec), codec == ZC_CODEC_NONE, "raw/%s",
+        cr_assert_eq(zc_policy_supports(ZC_ALGO_RAW_RING, codec), codec == ZC_CODEC_NONE, "raw/%s",
                      zc_codec_name(codec));
-        cr_assert_eq(zc_policy_supports(ZC_ALGO_CRING, codec), linear, "ring/%s",
+        cr_assert_eq(zc_policy_supports(ZC_ALGO_COMPRESSED_RING, codec), linear, "ring/%s",
                      zc_codec_name(codec));
         cr_assert_eq(zc_policy_supports(ZC_ALGO_ALLGATHER, codec), 1);
         cr_assert_eq(zc_policy_supports(ZC_ALGO_SCATTER, codec), 1);
     }
     /* the codecs' own caps: qsgd and top-k payloads do not add, fp16/bf16/gradiveq do */
-    cr_assert_not(zc_policy_supports(ZC_ALGO_CRING, ZC_CODEC_QSGD));
-    cr_assert_not(zc_policy_supports(ZC_ALGO_CRING, ZC_CODEC_TOPK));
-    cr_assert(zc_policy_supports(ZC_ALGO_CRING, ZC_CODEC_BF16));
-    cr_assert(zc_policy_supports(ZC_ALGO_CRING, ZC_CODEC_GRADIVEQ));
+    cr_assert_not(zc_policy_supports(ZC_ALGO_COMPRESSED_RING, ZC_CODEC_QSGD));
+    cr_assert_not(zc_policy_supports(ZC_ALGO_COMPRESSED_RING, ZC_CODEC_TOPK));
+    cr_assert(zc_policy_supports(ZC_ALGO_COMPRESSED_RING, ZC_CODEC_BF16));
+    cr_assert(zc_policy_supports(ZC_ALGO_COMPRESSED_RING, ZC_CODEC_GRADIVEQ));
     cr_assert_not(zc_policy_supports(ZC_ALGO_COUNT, ZC_CODEC_NONE));
     cr_assert_not(zc_policy_supports(ZC_ALGO_ALLGATHER, ZC_CODEC_COUNT));
 }
 
 Test(policy, algo_names)
 {
-    cr_assert_str_eq(zc_algo_name(ZC_ALGO_RAW), "raw");
-    cr_assert_str_eq(zc_algo_name(ZC_ALGO_CRING), "ring");
+    cr_assert_str_eq(zc_algo_name(ZC_ALGO_RAW_RING), "raw");
+    cr_assert_str_eq(zc_algo_name(ZC_ALGO_COMPRESSED_RING), "ring");
     cr_assert_str_eq(zc_algo_name(ZC_ALGO_ALLGATHER), "allgather");
     cr_assert_str_eq(zc_algo_name(ZC_ALGO_SCATTER), "scatter");
     cr_assert_null(zc_algo_name(ZC_ALGO_COUNT));
+}
+
+Test(policy, algo_choices_select_the_algorithm_of_their_name)
+{
+    static const char *const choices[] = {ZC_CHOICE_NAMES(ZC_CHOICES_ALGO)};
+    cr_assert_eq(ZC_ARRAY_SIZE(choices), ZC_CFG_ALGO_COUNT);
+    cr_assert_str_eq(choices[ZC_CFG_ALGO_AUTO], "auto");
+    for (int c = 0; c < ZC_CFG_ALGO_COUNT; c++) {
+        if (c == ZC_CFG_ALGO_AUTO)
+            continue;
+        zc_algo_id_t algo = zc_algo_from_choice(c);
+        cr_assert_neq(algo, ZC_ALGO_RAW_RING, "ZIPCCL_ALGO=%s is a compressed algorithm",
+                      choices[c]);
+        cr_assert_str_eq(zc_algo_name(algo), choices[c]);
+    }
+}
+
+/* ---- configuration (pure: no transport) ---- */
+
+static zc_policy_t configured(int nranks, char **envp)
+{
+    zc_config_t cfg;
+    zc_policy_t pol;
+    cr_assert_eq(zc_config_load(envp, &cfg), ZC_OK);
+    cr_assert_eq(zc_policy_configure(&pol, &cfg, nranks), ZC_OK);
+    return pol;
+}
+
+Test(policy, configure_takes_the_configuration_without_measuring)
+{
+    char *fixed[] = {"ZIPCCL_CODEC=qsgd", "ZIPCCL_ALGO=scatter", "ZIPCCL_MIN_BYTES=1KiB", NULL};
+    zc_policy_t pol = configured(4, fixed);
+    cr_assert_eq(pol.nranks, 4);
+    cr_assert_eq(pol.codec_cfg, ZC_CODEC_QSGD);
+    cr_assert_eq(pol.algo_cfg, ZC_CFG_ALGO_SCATTER);
+    cr_assert_eq(pol.min_bytes, 1024);
+    cr_assert_not(pol.measured);
+    cr_assert_not(zc_policy_needs_measurement(&pol));
+    cr_assert_eq(pol.params[ZC_CODEC_GRADIVEQ].gradiveq.ranks, 4);
+    zc_path_t p = zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert_eq(p.algo, ZC_ALGO_SCATTER);
+    cr_assert_eq(p.params.codec, ZC_CODEC_QSGD);
+    cr_assert_eq(zc_policy_codecs_in_play(&pol), 1u << ZC_CODEC_QSGD);
+
+    char *algo_auto[] = {"ZIPCCL_CODEC=fp16", "ZIPCCL_ALGO=auto", NULL};
+    pol = configured(2, algo_auto);
+    cr_assert(zc_policy_needs_measurement(&pol));
+    char *codec_auto[] = {"ZIPCCL_CODEC=auto", "ZIPCCL_ALGO=ring", NULL};
+    pol = configured(2, codec_auto);
+    cr_assert(zc_policy_needs_measurement(&pol));
+    cr_assert_eq(zc_policy_codecs_in_play(&pol), 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD);
+    char *none[] = {"ZIPCCL_CODEC=none", "ZIPCCL_ALGO=auto", NULL};
+    pol = configured(2, none);
+    cr_assert_not(zc_policy_needs_measurement(&pol));
+}
+
+Test(policy, configure_rejects_bad_arguments_and_values)
+{
+    zc_config_t cfg;
+    zc_policy_t pol;
+    zc_config_defaults(&cfg);
+    cr_assert_eq(zc_policy_configure(&pol, &cfg, 0), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc_policy_configure(NULL, &cfg, 2), ZC_ERR_INVALID_ARG);
+    cfg.algo = ZC_CFG_ALGO_COUNT;
+    cr_assert_eq(zc_policy_configure(&pol, &cfg, 2), ZC_ERR_INVALID_CONFIG);
+    zc_config_defaults(&cfg);
+    cfg.gradiveq_dim = 65; /* above the default slice of 64 */
+    cr_assert_eq(zc_policy_configure(&pol, &cfg, 2), ZC_ERR_INVALID_CONFIG);
+    cr_assert(captured(ZC_LOG_ERROR, "ZIPCCL_GRADIVEQ_DIM=65"));
 }
 
 /* ---- eligibility ---- */
@@ -232,7 +301,7 @@ Test(policy, fixed_codec_and_algo)
             zc_policy_t pol = fast_link(4, c, a);
             pol.params[c].qsgd.levels = 3; /* recognisable params travel with the path */
             pol.params[c].topk.density = 0.125;
-            zc_algo_id_t want = a == ALGO_CFG_RING        ? ZC_ALGO_CRING
+            zc_algo_id_t want = a == ALGO_CFG_RING        ? ZC_ALGO_COMPRESSED_RING
                                 : a == ALGO_CFG_ALLGATHER ? ZC_ALGO_ALLGATHER
                                                           : ZC_ALGO_SCATTER;
             if (!zc_policy_supports(want, codec))
@@ -281,7 +350,7 @@ Test(policy, one_rank_keeps_a_configured_codec_but_auto_runs_raw)
     for (int c = 1; c < ZC_CODEC_COUNT; c++) {
         zc_policy_t pol = fast_link(1, c, ZC_POLICY_ALGO_AUTO);
         zc_path_t p = zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
-        cr_assert_neq(p.algo, ZC_ALGO_RAW, "%s on one rank ran raw", zc_codec_name(c));
+        cr_assert_neq(p.algo, ZC_ALGO_RAW_RING, "%s on one rank ran raw", zc_codec_name(c));
         cr_assert_eq(p.params.codec, (zc_codec_id_t)c);
         cr_assert(zc_policy_supports(p.algo, p.params.codec));
         /* fixed algorithms are honoured too */
@@ -313,7 +382,7 @@ Test(policy, auto_compresses_large_tensors_on_a_slow_link)
     for (int nr = 2; nr <= 64; nr *= 2) {
         zc_policy_t pol = slow_link(nr, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
         zc_path_t p = zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
-        cr_assert_neq(p.algo, ZC_ALGO_RAW, "64 MiB over 1 Gb/s on %d ranks ran raw", nr);
+        cr_assert_neq(p.algo, ZC_ALGO_RAW_RING, "64 MiB over 1 Gb/s on %d ranks ran raw", nr);
         cr_assert(p.params.codec == ZC_CODEC_QSGD || p.params.codec == ZC_CODEC_BF16,
                   "auto chose %s", zc_codec_name(p.params.codec));
         cr_assert(zc_policy_supports(p.algo, p.params.codec));
@@ -327,7 +396,7 @@ Test(policy, auto_codec_with_fixed_algo_stays_on_that_algo)
     zc_policy_t pol = slow_link(8, ZC_POLICY_CODEC_AUTO, ALGO_CFG_RING);
     zc_path_t p = zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
     /* only bf16 of the auto codecs sums on a ring */
-    cr_assert_eq(p.algo, ZC_ALGO_CRING);
+    cr_assert_eq(p.algo, ZC_ALGO_COMPRESSED_RING);
     cr_assert_eq(p.params.codec, ZC_CODEC_BF16);
 
     pol.algo_cfg = ALGO_CFG_ALLGATHER;
@@ -348,7 +417,7 @@ Test(policy, auto_never_picks_a_stateful_codec)
         pol.in.enc_bw[stateful[i]] = pol.in.dec_bw[stateful[i]] = 1e15;
         pol.in.reduce_bw[stateful[i]] = 1e15;
     }
-    cr_assert_lt(zc_policy_cost(&pol, ZC_ALGO_CRING, ZC_CODEC_GRADIVEQ, 64 << 20),
+    cr_assert_lt(zc_policy_cost(&pol, ZC_ALGO_COMPRESSED_RING, ZC_CODEC_GRADIVEQ, 64 << 20),
                  zc_policy_cost(&pol, ZC_ALGO_SCATTER, ZC_CODEC_QSGD, 64 << 20));
     for (size_t n = 1 << 14; n <= (size_t)1 << 28; n <<= 2) {
         zc_path_t p = zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM);
@@ -372,7 +441,7 @@ Test(policy, fixed_codec_with_auto_algo_runs_raw_when_raw_is_cheaper)
     pol = slow_link(64, ZC_CODEC_GRADIVEQ, ZC_POLICY_ALGO_AUTO);
     p = zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
     cr_assert_eq(p.params.codec, ZC_CODEC_GRADIVEQ);
-    cr_assert_eq(p.algo, ZC_ALGO_CRING, "got %s", zc_algo_name(p.algo));
+    cr_assert_eq(p.algo, ZC_ALGO_COMPRESSED_RING, "got %s", zc_algo_name(p.algo));
 }
 
 Test(policy, auto_sends_no_bf16_payloads_for_16_bit_input)
@@ -410,12 +479,13 @@ Test(policy, cost_formulas)
     const double B = 4e6, n = 4, W = 1e9, L = 1e-5, E = 2e9, D = 4e9, R = 5e9, r = 0.5;
 
     /* raw: 2 (n-1) (L + B/(nW)) + (n-1) B/(nA) = 6 (1e-5 + 1e-3) + 3e-4 */
-    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_RAW, ZC_CODEC_NONE, 4000000), 6.36e-3, 1e-15);
+    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE, 4000000), 6.36e-3,
+                       1e-15);
     double cring = B / E + 2 * (n - 1) * (L + r * B / (n * W)) + (n - 1) * r * B / (n * R) + B / D;
     double allgather = B / E + (n - 1) * (L + r * B / W) + n * B / D;
     double scatter = B / E + (n - 1) * (L + r * B / (n * W)) + B / D + B / (n * E) +
                      (n - 1) * (L + r * B / (n * W)) + B / D;
-    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_CRING, ZC_CODEC_BF16, 4000000), cring,
+    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_COMPRESSED_RING, ZC_CODEC_BF16, 4000000), cring,
                        cring * 1e-12);
     cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_ALLGATHER, ZC_CODEC_BF16, 4000000), allgather,
                        allgather * 1e-12);
@@ -428,8 +498,8 @@ Test(policy, cost_formulas)
 Test(policy, unsupported_paths_cost_infinity)
 {
     zc_policy_t pol = slow_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
-    cr_assert(isinf(zc_policy_cost(&pol, ZC_ALGO_CRING, ZC_CODEC_QSGD, 1 << 20)));
-    cr_assert(isinf(zc_policy_cost(&pol, ZC_ALGO_RAW, ZC_CODEC_QSGD, 1 << 20)));
+    cr_assert(isinf(zc_policy_cost(&pol, ZC_ALGO_COMPRESSED_RING, ZC_CODEC_QSGD, 1 << 20)));
+    cr_assert(isinf(zc_policy_cost(&pol, ZC_ALGO_RAW_RING, ZC_CODEC_QSGD, 1 << 20)));
     cr_assert(isinf(zc_policy_cost(&pol, ZC_ALGO_COUNT, ZC_CODEC_NONE, 1 << 20)));
 }
 
@@ -443,7 +513,7 @@ Test(policy, cost_grows_with_bytes_and_shrinks_with_bandwidth)
             for (int c = 0; c < ZC_CODEC_COUNT; c++) {
                 if (!zc_policy_supports((zc_algo_id_t)a, (zc_codec_id_t)c))
                     continue;
-                if (a == ZC_ALGO_RAW && nr == 1) {
+                if (a == ZC_ALGO_RAW_RING && nr == 1) {
                     /* one rank's raw ring sends and adds nothing */
                     cr_assert_eq(zc_policy_cost(&pol, a, c, 1 << 20), 0.0);
                     continue;
@@ -476,8 +546,8 @@ Test(policy, raw_cost_ignores_codec_speeds)
         b.in.reduce_bw[c] /= 7;
         b.in.ratio[c] *= 0.5;
     }
-    cr_assert_eq(zc_policy_cost(&a, ZC_ALGO_RAW, ZC_CODEC_NONE, 1 << 24),
-                 zc_policy_cost(&b, ZC_ALGO_RAW, ZC_CODEC_NONE, 1 << 24));
+    cr_assert_eq(zc_policy_cost(&a, ZC_ALGO_RAW_RING, ZC_CODEC_NONE, 1 << 24),
+                 zc_policy_cost(&b, ZC_ALGO_RAW_RING, ZC_CODEC_NONE, 1 << 24));
     b = a;
     b.in.enc_bw[ZC_CODEC_QSGD] /= 7;
     cr_assert_gt(zc_policy_cost(&b, ZC_ALGO_SCATTER, ZC_CODEC_QSGD, 1 << 24),
@@ -492,7 +562,7 @@ static void assert_argmin(const zc_policy_t *pol, size_t count)
 {
     zc_path_t p = zc_policy_choose(pol, count, ZC_DTYPE_F32, ZC_OP_SUM);
     double chosen = zc_policy_cost(pol, p.algo, p.params.codec, count * 4);
-    double raw = zc_policy_cost(pol, ZC_ALGO_RAW, ZC_CODEC_NONE, count * 4);
+    double raw = zc_policy_cost(pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE, count * 4);
     const zc_codec_id_t auto_codecs[] = {ZC_CODEC_BF16, ZC_CODEC_QSGD};
 
     if (pol->nranks > 1)
@@ -501,9 +571,9 @@ static void assert_argmin(const zc_policy_t *pol, size_t count)
     for (size_t i = 0; i < ZC_ARRAY_SIZE(auto_codecs); i++) {
         zc_codec_id_t c =
             pol->codec_cfg == ZC_POLICY_CODEC_AUTO ? auto_codecs[i] : (zc_codec_id_t)pol->codec_cfg;
-        for (int a = ZC_ALGO_CRING; a < ZC_ALGO_COUNT; a++) {
+        for (int a = ZC_ALGO_COMPRESSED_RING; a < ZC_ALGO_COUNT; a++) {
             double other = zc_policy_cost(pol, a, c, count * 4);
-            if (p.algo != ZC_ALGO_RAW)
+            if (p.algo != ZC_ALGO_RAW_RING)
                 cr_assert_leq(chosen, other, "%zu values: %s/%s (%g s) over %s/%s (%g s)", count,
                               zc_algo_name(p.algo), zc_codec_name(p.params.codec), chosen,
                               zc_algo_name(a), zc_codec_name(c), other);
@@ -544,7 +614,7 @@ Test(policy, compression_must_buy_real_time)
     double lo = 1e6, hi = 1e12;
     for (int i = 0; i < 200; i++) {
         pol.in.link_bw = sqrt(lo * hi);
-        double raw = zc_policy_cost(&pol, ZC_ALGO_RAW, ZC_CODEC_NONE, bytes);
+        double raw = zc_policy_cost(&pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE, bytes);
         double q = zc_policy_cost(&pol, ZC_ALGO_SCATTER, ZC_CODEC_QSGD, bytes);
         if (q < raw)
             lo = pol.in.link_bw;
@@ -554,7 +624,7 @@ Test(policy, compression_must_buy_real_time)
     int kept = 0, taken = 0;
     for (double bw = lo / 4; bw < hi * 4; bw *= 1.001) {
         pol.in.link_bw = bw;
-        double raw = zc_policy_cost(&pol, ZC_ALGO_RAW, ZC_CODEC_NONE, bytes);
+        double raw = zc_policy_cost(&pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE, bytes);
         double q = zc_policy_cost(&pol, ZC_ALGO_SCATTER, ZC_CODEC_QSGD, bytes);
         zc_path_t p = zc_policy_choose(&pol, bytes / 4, ZC_DTYPE_F32, ZC_OP_SUM);
         if (q > 0.99 * raw && q < raw) {
@@ -577,7 +647,7 @@ Test(policy, a_slower_link_never_turns_compression_off)
         for (double bw = 50e9; bw >= 10e6; bw /= 2) {
             zc_policy_t pol =
                 make_policy(8, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO, 0, bw, 20e-6);
-            int now = zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM).algo != ZC_ALGO_RAW;
+            int now = zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM).algo != ZC_ALGO_RAW_RING;
             cr_assert(now || !compressed, "%zu values: compressed above %g B/s but not at it", n,
                       bw);
             compressed = now;

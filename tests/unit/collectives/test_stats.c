@@ -65,7 +65,7 @@ static void fill_book(zc_stats_book_t *book)
 
     memset(book, 0, sizeof(*book));
     s = op_stats(1500, 0, 0, 0, 0, 0);
-    zc_stats_record(book, ZC_ALGO_RAW, ZC_CODEC_NONE, 1000, 1500, &s, 2000000);
+    zc_stats_record(book, ZC_ALGO_RAW_RING, ZC_CODEC_NONE, 1000, 1500, &s, 2000000);
     s = op_stats(200, 1000000, 2000000, 1, 1.0, 4.0); /* sqrt(1/4) = 0.5 */
     zc_stats_record(book, ZC_ALGO_SCATTER, ZC_CODEC_QSGD, 4096, 1536, &s, 5000000);
     s = op_stats(300, 3000000, 4000000, 1, 1.0, 16.0); /* sqrt(1/16) = 0.25 */
@@ -104,12 +104,12 @@ Test(stats, record_and_totals)
     cr_assert_eq(q->bytes_wire, 700);
     cr_assert_eq(q->rel_err_samples, 2);
     cr_assert_float_eq(q->rel_err, 0.75, 1e-15);
-    const zc_stats_t *r = &book.rows[ZC_ALGO_RAW][ZC_CODEC_NONE];
+    const zc_stats_t *r = &book.rows[ZC_ALGO_RAW_RING][ZC_CODEC_NONE];
     cr_assert_eq(r->calls, 1);
     cr_assert_eq(r->calls_compressed, 0);
     cr_assert_eq(r->rel_err_samples, 0);
     uint64_t calls = 0;
-    for (int a = 0; a < ZC_STATS_ALGOS; a++)
+    for (int a = 0; a < ZC_ALGO_COUNT; a++)
         for (int c = 0; c < ZC_CODEC_COUNT; c++)
             calls += book.rows[a][c].calls;
     cr_assert_eq(calls, t.calls, "every call in exactly one row");
@@ -133,10 +133,10 @@ Test(stats, out_of_range_path_counts_in_the_total_only)
     zc_op_stats_t s = op_stats(10, 0, 0, 0, 0, 0);
 
     memset(&book, 0, sizeof(book));
-    zc_stats_record(&book, ZC_STATS_ALGOS, ZC_CODEC_QSGD, 40, 60, &s, 1);
+    zc_stats_record(&book, ZC_ALGO_COUNT, ZC_CODEC_QSGD, 40, 60, &s, 1);
     zc_stats_record(&book, ZC_ALGO_SCATTER, ZC_CODEC_COUNT, 40, 60, &s, 1);
     cr_assert_eq(book.total.calls, 2);
-    for (int a = 0; a < ZC_STATS_ALGOS; a++)
+    for (int a = 0; a < ZC_ALGO_COUNT; a++)
         for (int c = 0; c < ZC_CODEC_COUNT; c++)
             cr_assert_eq(book.rows[a][c].calls, 0);
 }

@@ -202,6 +202,28 @@ Test(config, enum_choices_follow_the_c_enums)
     parse_bad(cpu, "avx512fp16");
 }
 
+Test(config, choice_constants_are_the_stored_indices)
+{
+    /* common/choices.h: one list gives the parser its names and the code its constants */
+    cr_assert_eq(parse_ok(param("ZIPCCL_ALGO"), "scatter"), ZC_CFG_ALGO_SCATTER);
+    cr_assert_eq(parse_ok(param("ZIPCCL_ALGO"), "auto"), ZC_CFG_ALGO_AUTO);
+    cr_assert_eq(parse_ok(param("ZIPCCL_CODEC"), "auto"), ZC_CFG_CODEC_AUTO);
+    cr_assert_eq(parse_ok(param("ZIPCCL_CODEC"), "gradiveq"), ZC_CFG_CODEC_GRADIVEQ);
+    cr_assert_eq(parse_ok(param("ZIPCCL_CPU"), "avx2"), ZC_CFG_CPU_AVX2);
+    cr_assert_eq(parse_ok(param("ZIPCCL_COLLNET_CODEC"), "bf16"), ZC_CFG_COLLNET_CODEC_BF16);
+    cr_assert_eq(parse_ok(param("ZIPCCL_QSGD_CODING"), "elias"), ZC_CFG_QSGD_CODING_ELIAS);
+    /* the list's trailing comma is no choice: neither a name nor part of the range */
+    parse_bad(param("ZIPCCL_ALGO"), "");
+    char range[128];
+    zc_param_range(param("ZIPCCL_ALGO"), range, sizeof(range));
+    cr_assert_str_eq(range, "auto|ring|allgather|scatter");
+    zc_config_t cfg;
+    zc_config_defaults(&cfg);
+    cfg.algo = ZC_CFG_ALGO_COUNT;
+    zc_param_format(param("ZIPCCL_ALGO"), &cfg, range, sizeof(range));
+    cr_assert_str_eq(range, "?");
+}
+
 Test(config, log_level_default_matches_logger)
 {
     /* Before anything sets it, the logger's level is the table's default (each test runs

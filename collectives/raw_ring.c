@@ -362,8 +362,7 @@ static zc_status_t ring_progress(zc_coll_op_t *op)
     return ring->finished == ring->nchunks ? ZC_OK : ZC_INPROGRESS;
 }
 
-const zc_algo_t zc_algo_ring = {
-    .name = "ring",
+const zc_algo_t zc_algo_raw_ring = {
     .start = ring_start,
     .progress = ring_progress,
     .fini = ring_fini,

@@ -1,5 +1,5 @@
 /*
- * Commutative compressed ring (zc_algo_cring), for linear codecs (none, fp16,
+ * Commutative compressed ring (zc_algo_compressed_ring), for linear codecs (none, fp16,
  * bf16, gradiveq): a ring reduce-scatter and all-gather on payloads. Every
  * rank encodes its N segments separately; in N - 1 reduce-scatter steps each
  * rank receives its left neighbour's partial payload of a segment, adds its
@@ -422,8 +422,7 @@ static zc_status_t cring_progress(zc_coll_op_t *op)
                         "compressed ring (sending to the right)");
 }
 
-const zc_algo_t zc_algo_cring = {
-    .name = "cring",
+const zc_algo_t zc_algo_compressed_ring = {
     .start = cring_start,
     .progress = cring_progress,
     .fini = cring_fini,

@@ -1,0 +1,338 @@
+/*
+ * The policy's live inputs: link bandwidth and latency to the ring
+ * neighbours, and this machine's codec speeds, measured at init when a
+ * setting is auto and agreed by every rank (policy.c is the model they feed).
+ */
+#include "collectives/coll.h"
+#include "codec/codec.h"
+#include "common/compiler.h"
+#include "common/log.h"
+#include "common/philox.h"
+#include "common/timer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * Link measurement: exchanges with both ring neighbours at once (what one ring
+ * step does), best of several rounds so that a rank arriving late or a first
+ * rendezvous only costs a round. 3 x 4 MiB take about 10 ms at 10 Gb/s and
+ * 0.1 s at 1 Gb/s.
+ */
+#define LINK_BIG_BYTES (4u << 20)
+#define LINK_BIG_ROUNDS 3
+#define LINK_SMALL_BYTES 8
+#define LINK_SMALL_ROUNDS 10
+
+/* Codec measurement on rank 0: 4 MiB of N(0,1) (larger than L2, as gradients are), best of 3. */
+#define CODEC_VALUES (1u << 20)
+#define CODEC_REPS 3
+#define CODEC_DATA_SEED UINT64_C(0x706f6c696379) /* "policy" */
+
+static double clamp_rate(double bytes, double secs)
+{
+    /* a timer that saw nothing still gives a finite, positive rate */
+    return bytes / (secs > 1e-9 ? secs : 1e-9);
+}
+
+/*
+ * Tags of the measurement's messages: step ZC_COLL_MAX_STEP, which no op
+ * uses (ops stay below it, the call header above), so they cannot match an
+ * op's messages even if a rank starts its first call while its neighbour is
+ * still measuring.
+ */
+static uint64_t measure_tag(unsigned round)
+{
+    return (uint64_t)ZC_COLL_MAX_STEP << ZC_COLL_CHUNK_BITS | round;
+}
+
+/* One ring step: receive from @p left while sending to @p right; seconds into *secs_p. */
+static zc_status_t exchange(zc_ucx_comm_t *ucx, int left, int right, unsigned round,
+                            const void *sbuf, void *rbuf, size_t len, double *secs_p)
+{
+    zc_ucx_req_t reqs[2];
+    zc_status_t status;
+    uint64_t t0 = zc_time_ns();
+
+    ZC_CHECK(zc_ucx_irecv(ucx, left, measure_tag(round), rbuf, len, &reqs[0]));
+    status = zc_ucx_isend(ucx, right, measure_tag(round), sbuf, len, &reqs[1]);
+    if (status < 0) {
+        /* the receive is in flight: it must end before its buffer may go */
+        zc_ucx_waitall(ucx, reqs, 1, "policy link measurement");
+        return status;
+    }
+    ZC_CHECK(zc_ucx_waitall(ucx, reqs, 2, "policy link measurement"));
+    *secs_p = (double)(zc_time_ns() - t0) * 1e-9;
+    return ZC_OK;
+}
+
+/* This rank's link to its ring neighbours: bytes/s and seconds per small step. */
+static zc_status_t measure_link(zc_ucx_comm_t *ucx, double *bw_p, double *lat_p)
+{
+    const int rank = zc_ucx_comm_rank(ucx), size = zc_ucx_comm_size(ucx);
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    double small = INFINITY, big = INFINITY, t = 0;
+    zc_status_t status = ZC_OK;
+    unsigned round = 0;
+
+    char *sbuf = malloc(LINK_BIG_BYTES), *rbuf = malloc(LINK_BIG_BYTES);
+    if (!sbuf || !rbuf) {
+        ZC_ERROR("policy: cannot allocate 2 x %u bytes to measure the link", LINK_BIG_BYTES);
+        free(sbuf);
+        free(rbuf);
+        return ZC_ERR_NO_MEMORY;
+    }
+    /* touch every page now, so that no round pays for page faults */
+    memset(sbuf, 0x5a, LINK_BIG_BYTES);
+    memset(rbuf, 0, LINK_BIG_BYTES);
+
+    for (int i = 0; i < LINK_SMALL_ROUNDS; i++) {
+        ZC_CHECK_GOTO(exchange(ucx, left, right, round++, sbuf, rbuf, LINK_SMALL_BYTES, &t), status,
+                      err_leak);
+        small = ZC_MIN(small, t);
+    }
+    for (int i = 0; i < LINK_BIG_ROUNDS; i++) {
+        ZC_CHECK_GOTO(exchange(ucx, left, right, round++, sbuf, rbuf, LINK_BIG_BYTES, &t), status,
+                      err_leak);
+        big = ZC_MIN(big, t);
+    }
+    free(sbuf);
+    free(rbuf);
+
+    *lat_p = ZC_MAX(small, 1e-9);
+    /* the latency is paid once per message: the rest of the big step is bandwidth */
+    *bw_p = clamp_rate(LINK_BIG_BYTES, big - small);
+    ZC_DEBUG("policy: rank %d link (to %d, from %d): %.3g GB/s, %.1f us per step "
+             "(best of %d x %u bytes and %d x %d bytes)",
+             rank, right, left, *bw_p * 1e-9, *lat_p * 1e6, LINK_BIG_ROUNDS, LINK_BIG_BYTES,
+             LINK_SMALL_ROUNDS, LINK_SMALL_BYTES);
+    return ZC_OK;
+
+err_leak:
+    /*
+     * After a failed wait UCX may still write into rbuf (and read sbuf) until
+     * the communicator is destroyed, which the failing init does next: the
+     * buffers are left to it rather than freed under UCX.
+     */
+    return status;
+}
+
+/* N(0,1) by Box-Muller on Philox draws: codec speeds and ratios on unstructured data. */
+static void fill_gaussian(float *x, size_t n)
+{
+    const uint32_t key[2] = {(uint32_t)CODEC_DATA_SEED, (uint32_t)(CODEC_DATA_SEED >> 32)};
+    for (size_t i = 0; i < n; i += 2) {
+        uint32_t ctr[4] = {(uint32_t)i, (uint32_t)((uint64_t)i >> 32), 0, 0}, out[4];
+        zc_philox4x32_10(ctr, key, out);
+        double u1 = ((double)out[0] + 0.5) * 0x1p-32, u2 = (double)out[1] * 0x1p-32;
+        double rad = sqrt(-2.0 * log(u1)), ang = 2.0 * M_PI * u2;
+        x[i] = (float)(rad * cos(ang));
+        if (i + 1 < n)
+            x[i + 1] = (float)(rad * sin(ang));
+    }
+}
+
+typedef struct codec_bench {
+    float *src, *acc;
+    uint8_t *pa, *pb;
+    size_t cap;
+} codec_bench_t;
+
+/* Encode, decode_add and (linear codecs) reduce speeds and the ratio of @p codec on rank 0. */
+static zc_status_t measure_codec(const zc_policy_t *pol, zc_codec_id_t codec, uint64_t seed,
+                                 codec_bench_t *b, zc_policy_inputs_t *in)
+{
+    const size_t n = CODEC_VALUES;
+    zc_codec_params_t params = pol->params[codec];
+    zc_codec_state_t *state = NULL;
+    zc_codec_rng_t rng = {.seed = seed, .rank = 0, .stream = 0, .counter = 0};
+    double enc = INFINITY, dec = INFINITY, red = INFINITY;
+    size_t len = 0, rlen = 0;
+    zc_status_t status = ZC_OK;
+
+    /* two GradiVeQ payloads must be summable: at least two rank shares of the mean */
+    if (codec == ZC_CODEC_GRADIVEQ && params.gradiveq.ranks < 2)
+        params.gradiveq.ranks = 2;
+    if (zc_codec_needs_state(&params)) {
+        ZC_CHECK_GOTO(zc_codec_state_create(&params, n, &state), status, err);
+        /* GradiVeQ encodes raw until it has a basis: learn one so that encode does its work */
+        ZC_CHECK_GOTO(zc_codec_state_update(state, b->src, n), status, err_state);
+    }
+    for (int i = 0; i < CODEC_REPS; i++) {
+        uint64_t t0 = zc_time_ns();
+        rng.counter = (uint32_t)i;
+        ZC_CHECK_GOTO(
+            zc_codec_encode(&params, state, &rng, ZC_DTYPE_F32, b->src, n, b->pa, b->cap, &len),
+            status, err_state);
+        enc = ZC_MIN(enc, (double)(zc_time_ns() - t0) * 1e-9);
+    }
+    for (int i = 0; i < CODEC_REPS; i++) {
+        uint64_t t0 = zc_time_ns();
+        ZC_CHECK_GOTO(zc_codec_decode_add(state, b->pa, len, b->acc, n), status, err_state);
+        dec = ZC_MIN(dec, (double)(zc_time_ns() - t0) * 1e-9);
+    }
+    if (zc_codec_caps(codec) & ZC_CODEC_CAP_LINEAR) {
+        for (int i = 0; i < CODEC_REPS; i++) {
+            uint64_t t0 = zc_time_ns();
+            ZC_CHECK_GOTO(zc_codec_reduce(state, b->pa, len, b->pa, len, b->pb, b->cap, &rlen),
+                          status, err_state);
+            red = ZC_MIN(red, (double)(zc_time_ns() - t0) * 1e-9);
+        }
+        in->reduce_bw[codec] = clamp_rate((double)len, red);
+    }
+    in->enc_bw[codec] = clamp_rate(4.0 * n, enc);
+    in->dec_bw[codec] = clamp_rate(4.0 * n, dec);
+    in->ratio[codec] = (double)len / (4.0 * n);
+    zc_codec_state_destroy(state);
+    return ZC_OK;
+
+err_state:
+    zc_codec_state_destroy(state);
+err:
+    ZC_ERROR("policy: measuring codec %s on %zu values failed: %s", zc_codec_name(codec), n,
+             zc_status_string(status));
+    return status;
+}
+
+/* Rank 0's add speed and codec numbers, into @p in. */
+static zc_status_t measure_codecs(const zc_policy_t *pol, uint64_t seed, zc_policy_inputs_t *in)
+{
+    const size_t n = CODEC_VALUES;
+    const unsigned mask = zc_policy_codecs_in_play(pol);
+    codec_bench_t b = {0};
+    zc_status_t status = ZC_OK;
+    double add = INFINITY;
+
+    for (int c = 0; c < ZC_CODEC_COUNT; c++)
+        if (mask & 1u << c)
+            b.cap = ZC_MAX(b.cap, zc_codec_bound(&pol->params[c], n));
+    b.src = malloc(n * sizeof(float));
+    b.acc = calloc(n, sizeof(float));
+    b.pa = malloc(b.cap);
+    b.pb = malloc(b.cap);
+    if (!b.src || !b.acc || !b.pa || !b.pb) {
+        ZC_ERROR("policy: cannot allocate %zu bytes to measure codec speeds",
+                 2 * n * sizeof(float) + 2 * b.cap);
+        status = ZC_ERR_NO_MEMORY;
+        goto out;
+    }
+    fill_gaussian(b.src, n);
+
+    /* the raw ring's reduction: an f32 add of a received segment into the accumulator */
+    for (int i = 0; i < CODEC_REPS; i++) {
+        uint64_t t0 = zc_time_ns();
+        zc_dtype_add_f32(ZC_DTYPE_F32, b.src, n, b.acc);
+        add = ZC_MIN(add, (double)(zc_time_ns() - t0) * 1e-9);
+    }
+    in->add_bw = clamp_rate(4.0 * n, add);
+
+    for (int c = 0; c < ZC_CODEC_COUNT && status == ZC_OK; c++)
+        if (mask & 1u << c)
+            status = measure_codec(pol, (zc_codec_id_t)c, seed, &b, in);
+
+out:
+    free(b.src);
+    free(b.acc);
+    free(b.pa);
+    free(b.pb);
+    return status;
+}
+
+/* What each rank contributes to the agreement on the link. */
+typedef struct link_report {
+    double bw, lat;
+    int64_t status;
+} link_report_t;
+
+/* What rank 0 broadcasts: its codec numbers, or why it has none. */
+typedef struct codec_report {
+    zc_policy_inputs_t in;
+    int64_t status;
+} codec_report_t;
+
+/*
+ * Every rank measures its link, rank 0 the codecs. A failure on any rank fails
+ * every rank, which all learn from the same allgather or broadcast, so none
+ * is left waiting.
+ */
+zc_status_t zc_policy_measure(zc_policy_t *pol, uint64_t seed, zc_bootstrap_t *bs,
+                              zc_ucx_comm_t *ucx)
+{
+    const int rank = bs->rank, size = bs->size;
+    link_report_t mine = {pol->in.link_bw, pol->in.link_lat, ZC_OK}, *all; /* nominal */
+    codec_report_t codecs;
+    zc_status_t status;
+
+    /* one rank has no link: the nominal numbers stand (no term of the model uses them) */
+    if (size > 1)
+        mine.status = measure_link(ucx, &mine.bw, &mine.lat);
+
+    memset(&codecs, 0, sizeof(codecs));
+    if (rank == 0) {
+        codecs.in = pol->in;
+        codecs.status = measure_codecs(pol, seed, &codecs.in);
+    }
+
+    all = malloc((size_t)size * sizeof(*all));
+    if (!all) {
+        ZC_ERROR("policy: cannot allocate the link reports of %d ranks", size);
+        return ZC_ERR_NO_MEMORY;
+    }
+    status = zc_bootstrap_allgather(bs, &mine, sizeof(mine), all);
+    if (status < 0) {
+        free(all);
+        return status;
+    }
+    double bw = INFINITY, lat = 0;
+    for (int r = 0; r < size; r++) {
+        if (all[r].status < 0) {
+            status = (zc_status_t)all[r].status;
+            if (r != rank)
+                ZC_ERROR("policy: rank %d failed to measure its link (%s)", r,
+                         zc_status_string(status));
+            break;
+        }
+        bw = ZC_MIN(bw, all[r].bw);
+        lat = ZC_MAX(lat, all[r].lat);
+    }
+    free(all);
+    if (status < 0)
+        return status;
+
+    ZC_CHECK(zc_bootstrap_broadcast(bs, &codecs, sizeof(codecs), 0));
+    if (codecs.status < 0) {
+        if (rank != 0)
+            ZC_ERROR("policy: rank 0 failed to measure codec speeds (%s)",
+                     zc_status_string((zc_status_t)codecs.status));
+        return (zc_status_t)codecs.status;
+    }
+    pol->in = codecs.in;
+    pol->in.link_bw = bw;
+    pol->in.link_lat = lat;
+    pol->measured = 1;
+    return ZC_OK;
+}
+
+zc_status_t zc_policy_init(zc_policy_t *pol, const zc_config_t *cfg, zc_bootstrap_t *bs,
+                           zc_ucx_comm_t *ucx)
+{
+    zc_policy_t p;
+
+    if (!pol || !cfg || !bs || !ucx)
+        return ZC_ERR_INVALID_ARG;
+    ZC_CHECK(zc_policy_configure(&p, cfg, zc_ucx_comm_size(ucx)));
+    if (zc_policy_needs_measurement(&p)) {
+        ZC_CHECK(zc_policy_measure(&p, (uint64_t)cfg->seed, bs, ucx));
+        if (p.codec_cfg == ZC_CODEC_GRADIVEQ && p.params[ZC_CODEC_GRADIVEQ].gradiveq.dim == 0 &&
+            bs->rank == 0)
+            ZC_WARN("policy: ZIPCCL_CODEC=gradiveq learns its dimension from the gradients "
+                    "(ZIPCCL_GRADIVEQ_DIM=auto), so the cost model cannot credit its compression "
+                    "and ZIPCCL_ALGO=auto will mostly run raw; set ZIPCCL_GRADIVEQ_DIM or "
+                    "ZIPCCL_ALGO=ring");
+    }
+    if (bs->rank == 0)
+        zc_policy_log(&p);
+    *pol = p;
+    return ZC_OK;
+}
