@@ -53,26 +53,12 @@ typedef struct options {
     int inplace;
 } options_t;
 
-/* A communicator of every rank, with ZIPCCL_UCX_PEER_ERRORS set to @p peer_errors. */
-static zc_comm_t *comm_create(int rank, int size, int peer_errors)
+/* A raw-ring communicator of every rank (no codec, whatever the environment says). */
+static zc_comm_t *comm_create(int peer_errors)
 {
-    MPI_Comm *dup = malloc(sizeof(*dup));
-    zc_comm_t *comm = NULL;
-
-    if (!dup || MPI_Comm_dup(MPI_COMM_WORLD, dup) != MPI_SUCCESS) {
-        fprintf(stderr, "ring_mpi: rank %d: cannot duplicate MPI_COMM_WORLD\n", rank);
-        free(dup);
-        return NULL;
-    }
-    MPI_Comm_set_errhandler(*dup, MPI_ERRORS_RETURN);
-    setenv("ZIPCCL_UCX_PEER_ERRORS", peer_errors ? "1" : "0", 1);
-    zc_status_t st = zc_comm_init_bootstrap(rank, size, &bench_mpi_hooks, dup, &comm);
-    if (st != ZC_OK) {
-        fprintf(stderr, "ring_mpi: rank %d: zc_comm_init_bootstrap: %s\n", rank,
-                zc_status_string(st));
-        return NULL; /* the hooks' destroy freed dup */
-    }
-    return comm;
+    const char *const settings[] = {"ZIPCCL_CODEC", "none", "ZIPCCL_UCX_PEER_ERRORS",
+                                    peer_errors ? "1" : "0", NULL};
+    return bench_mpi_comm("ring_mpi", settings);
 }
 
 /* ---- data -------------------------------------------------------------------------------------
@@ -263,16 +249,13 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
-    /* the raw ring: no codec, whatever the environment says */
-    setenv("ZIPCCL_CODEC", "none", 1);
-
     zc_comm_t *comms[MAX_COMMS];
     const char *names[MAX_COMMS];
     int ncomms = 0;
     for (int pe = 1; pe >= 0; pe--) {
         if (o.peer_errors != 2 && o.peer_errors != pe)
             continue;
-        comms[ncomms] = comm_create(rank, size, pe);
+        comms[ncomms] = comm_create(pe);
         names[ncomms] = pe ? "zipccl tcp (peer err)" : "zipccl shm (no peer err)";
         if (!comms[ncomms])
             MPI_Abort(MPI_COMM_WORLD, 1);

@@ -423,19 +423,27 @@ static int failed(int rank, const char *what, size_t bytes, zc_status_t status)
     return 1;
 }
 
-/* Whether @p codec keeps a residual between calls (top-k always; QSGD and GradiVeQ on request). */
-static int error_feedback(const char *codec)
+/* Whether @p cfg's codec keeps a residual between calls (top-k always; QSGD and GradiVeQ on
+ * request). */
+static int error_feedback(const zc_comm_config_t *cfg)
 {
-    const char *qsgd_ef = getenv("ZIPCCL_QSGD_EF"), *gradiveq_ef = getenv("ZIPCCL_GRADIVEQ_EF");
-    return strcmp(codec, "topk") == 0 ||
-           (strcmp(codec, "qsgd") == 0 && qsgd_ef && strcmp(qsgd_ef, "1") == 0) ||
-           (strcmp(codec, "gradiveq") == 0 && gradiveq_ef && strcmp(gradiveq_ef, "1") == 0);
+    char codec[32], ef[8];
+    zc_comm_config_get(cfg, "ZIPCCL_CODEC", codec, sizeof(codec));
+    if (strcmp(codec, "topk") == 0)
+        return 1;
+    if (strcmp(codec, "qsgd") == 0 || strcmp(codec, "gradiveq") == 0) {
+        zc_comm_config_get(cfg,
+                           strcmp(codec, "qsgd") == 0 ? "ZIPCCL_QSGD_EF" : "ZIPCCL_GRADIVEQ_EF", ef,
+                           sizeof(ef));
+        return strcmp(ef, "1") == 0;
+    }
+    return 0;
 }
 
-static int sweep(const options_t *o, const char *codec_label)
+static int sweep(const options_t *o, const zc_comm_config_t *cfg, const char *codec_label)
 {
     zc_comm_t *comm;
-    zc_status_t status = zc_comm_init(&comm);
+    zc_status_t status = zc_comm_init_config(cfg, &comm);
     if (status != ZC_OK) {
         fprintf(stderr, "allreduce_perf: zc_comm_init: %s\n", zc_status_string(status));
         return 1;
@@ -526,7 +534,7 @@ static int sweep(const options_t *o, const char *codec_label)
     }
     if (rank == 0) {
         printf("# Avg bus bandwidth    : %.4f GB/s\n", rows ? bus_sum / rows : 0);
-        if (error_feedback(codec_label))
+        if (error_feedback(cfg))
             printf("# %s runs with error feedback: every call also sends what earlier calls held\n"
                    "# back, so one call's error is not an estimate of that call's sum\n",
                    codec_label);
@@ -540,23 +548,37 @@ out:
     return rc;
 }
 
-/* One table per codec of -c, each on a communicator of its own. */
-static int run_rank(const options_t *o)
+/*
+ * One table per codec of -c, each on a communicator of its own, with the
+ * environment's settings, then @p settings (NAME, VALUE pairs, NULL-ended:
+ * the ranks of -N), then -a and -c.
+ */
+static int run_rank(const options_t *o, const char *const *settings)
 {
-    if (o->algo)
-        setenv("ZIPCCL_ALGO", o->algo, 1);
-    if (!o->codecs[0]) {
-        const char *codec = getenv("ZIPCCL_CODEC");
-        return sweep(o, codec && *codec ? codec : "auto");
+    zc_comm_config_t *cfg = NULL;
+    zc_status_t st = zc_comm_config_create(1, &cfg);
+    for (; st == ZC_OK && settings && settings[0]; settings += 2)
+        st = zc_comm_config_set(cfg, settings[0], settings[1]);
+    if (st == ZC_OK && o->algo)
+        st = zc_comm_config_set(cfg, "ZIPCCL_ALGO", o->algo);
+    int rc = st != ZC_OK;
+    if (rc)
+        fprintf(stderr, "allreduce_perf: configuration: %s\n", zc_status_string(st));
+    else if (!o->codecs[0]) {
+        char codec[32];
+        zc_comm_config_get(cfg, "ZIPCCL_CODEC", codec, sizeof(codec));
+        rc = sweep(o, cfg, codec);
+    } else {
+        char list[sizeof(o->codecs)], *save = NULL;
+        strcpy(list, o->codecs);
+        for (char *codec = strtok_r(list, ",", &save); codec && !rc;
+             codec = strtok_r(NULL, ",", &save)) {
+            st = zc_comm_config_set(cfg, "ZIPCCL_CODEC", codec);
+            rc = st != ZC_OK || sweep(o, cfg, codec) != 0;
+        }
     }
-    char list[sizeof(o->codecs)], *save = NULL;
-    strcpy(list, o->codecs);
-    for (char *codec = strtok_r(list, ",", &save); codec; codec = strtok_r(NULL, ",", &save)) {
-        setenv("ZIPCCL_CODEC", codec, 1);
-        if (sweep(o, codec) != 0)
-            return 1;
-    }
-    return 0;
+    zc_comm_config_destroy(cfg);
+    return rc;
 }
 
 /* ---- -N: local ranks ----------------------------------------------------------------------- */
@@ -598,19 +620,18 @@ static int run_local(const options_t *o)
             break;
         }
         if (pid == 0) {
-            char value[64];
+            char rank_s[16], size_s[16], root[64], job[64];
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != parent)
                 _exit(1);
-            snprintf(value, sizeof(value), "%d", r);
-            setenv("ZIPCCL_RANK", value, 1);
-            snprintf(value, sizeof(value), "%d", n);
-            setenv("ZIPCCL_SIZE", value, 1);
-            snprintf(value, sizeof(value), "127.0.0.1:%d", port);
-            setenv("ZIPCCL_ROOT", value, 1);
-            snprintf(value, sizeof(value), "allreduce_perf-%ld-%d", (long)parent, port);
-            setenv("ZIPCCL_JOB_ID", value, 1);
-            int status = run_rank(o);
+            snprintf(rank_s, sizeof(rank_s), "%d", r);
+            snprintf(size_s, sizeof(size_s), "%d", n);
+            snprintf(root, sizeof(root), "127.0.0.1:%d", port);
+            snprintf(job, sizeof(job), "allreduce_perf-%ld-%d", (long)parent, port);
+            const char *const settings[] = {"ZIPCCL_RANK",   rank_s,        "ZIPCCL_SIZE",
+                                            size_s,          "ZIPCCL_ROOT", root,
+                                            "ZIPCCL_JOB_ID", job,           NULL};
+            int status = run_rank(o, settings);
             fflush(NULL);
             _exit(status);
         }
@@ -657,5 +678,5 @@ int main(int argc, char **argv)
                 type_label(o.dtype));
         return 2;
     }
-    return o.nranks > 0 ? run_local(&o) : run_rank(&o);
+    return o.nranks > 0 ? run_local(&o) : run_rank(&o, NULL);
 }

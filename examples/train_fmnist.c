@@ -21,12 +21,13 @@
  *   train_fmnist -N 4 --codec qsgd --bits 4 --epochs 5
  *       forks 4 ranks on this machine (ZIPCCL_RANK, ZIPCCL_SIZE, ZIPCCL_ROOT on
  *       a free loopback port, ZIPCCL_JOB_ID; ZIPCCL_UCX_PEER_ERRORS=0 unless set,
- *       see launch_local), each one calling zc_comm_init;
+ *       see launch_local), each one calling zc_comm_init_config;
  *   mpirun -n 4 -x ZIPCCL_ROOT=host:port train_fmnist ...   (or torchrun, srun)
  *       without -N: one rank per process, from the launcher's variables.
  *
- * The codec flags set the ZIPCCL_* variables before zc_comm_init; anything
- * else goes through --set NAME=VALUE or the environment (docs/env-vars.md).
+ * The codec flags are ZIPCCL_* settings of a zc_comm_config_t, made from the
+ * environment; anything else goes through --set NAME=VALUE or the environment
+ * (docs/env-vars.md).
  */
 #include "examples/fmnist.h"
 #include "examples/mlp.h"
@@ -164,16 +165,38 @@ static int parse_hidden(const char *s, options_t *o)
     return 0;
 }
 
-/* Sets ZIPCCL_<name> (or <name> when it already starts with ZIPCCL_). */
+/* The communicator's settings: the environment's ZIPCCL_* variables, then the flags'. */
+static zc_comm_config_t *settings;
+
+/* The full name ZIPCCL_<name> (or <name> when it already starts with ZIPCCL_). */
+static const char *full_name(const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s", strncmp(name, "ZIPCCL_", 7) == 0 ? "" : "ZIPCCL_", name);
+    return buf;
+}
+
+/* Sets ZIPCCL_<name> in the settings; a bad name or value is reported by zipccl. */
 static int set_var(const char *name, const char *value)
 {
     char full[128];
-    snprintf(full, sizeof(full), "%s%s", strncmp(name, "ZIPCCL_", 7) == 0 ? "" : "ZIPCCL_", name);
-    if (setenv(full, value, 1) != 0) {
-        fprintf(stderr, "train_fmnist: cannot set %s: %s\n", full, strerror(errno));
+    zc_status_t st = settings ? ZC_OK : zc_comm_config_create(1, &settings);
+    if (st == ZC_OK)
+        st = zc_comm_config_set(settings, full_name(name, full, sizeof(full)), value);
+    if (st != ZC_OK) {
+        fprintf(stderr, "train_fmnist: cannot set %s=%s: %s\n", full, value, zc_status_string(st));
         return -1;
     }
     return 0;
+}
+
+/* ZIPCCL_<name>'s value in the settings into @p buf ("" when they cannot be read). */
+static const char *get_var(const char *name, char *buf, size_t len)
+{
+    char full[128];
+    buf[0] = '\0';
+    if (settings || zc_comm_config_create(1, &settings) == ZC_OK)
+        zc_comm_config_get(settings, full_name(name, full, sizeof(full)), buf, len);
+    return buf;
 }
 
 static int set_assignment(const char *arg)
@@ -330,13 +353,14 @@ static int parse_options(int argc, char **argv, options_t *o)
     }
     o->sizes[o->nsizes++] = FMNIST_CLASSES;
 
-    const char *codec = getenv("ZIPCCL_CODEC");
+    char codec[32];
+    get_var("CODEC", codec, sizeof(codec));
     if (ef) {
-        if (codec && strcmp(codec, "qsgd") == 0)
+        if (strcmp(codec, "qsgd") == 0)
             set_var("QSGD_EF", "1");
-        else if (codec && strcmp(codec, "gradiveq") == 0)
+        else if (strcmp(codec, "gradiveq") == 0)
             set_var("GRADIVEQ_EF", "1");
-        else if (!codec || strcmp(codec, "topk") != 0) {
+        else if (strcmp(codec, "topk") != 0) {
             fprintf(stderr, "train_fmnist: --ef applies to --codec qsgd, gradiveq or topk\n");
             return -1;
         }
@@ -387,12 +411,6 @@ static void progress_clear(progress_t *p)
     }
 }
 
-static const char *env_or(const char *name, const char *dflt)
-{
-    const char *v = getenv(name);
-    return v && *v ? v : dflt;
-}
-
 static void print_header(const options_t *o, const data_t *d, const mlp_t *m, int size)
 {
     printf("train_fmnist: %d rank%s, MLP", size, size == 1 ? "" : "s");
@@ -400,12 +418,14 @@ static void print_header(const options_t *o, const data_t *d, const mlp_t *m, in
         printf("%s%d", l ? "-" : " ", o->sizes[l]);
     printf(" (%zu parameters), %zu training / %zu test images\n", mlp_params(m), d->train.count,
            d->test.count);
+    char codec[32], algo[32], min_bytes[32];
     printf("  codec %s, algo %s, min bytes %s, seed %llu; batch %d (%d..%d per rank), lr %g%s, "
            "momentum %g%s, %d epoch%s\n",
-           env_or("ZIPCCL_CODEC", "auto"), env_or("ZIPCCL_ALGO", "auto"),
-           env_or("ZIPCCL_MIN_BYTES", "64KiB"), (unsigned long long)o->seed, o->batch,
-           o->batch / size, (o->batch + size - 1) / size, o->lr, o->cosine ? " cosine" : "",
-           o->momentum, o->local_momentum ? " (local)" : "", o->epochs, o->epochs == 1 ? "" : "s");
+           get_var("CODEC", codec, sizeof(codec)), get_var("ALGO", algo, sizeof(algo)),
+           get_var("MIN_BYTES", min_bytes, sizeof(min_bytes)), (unsigned long long)o->seed,
+           o->batch, o->batch / size, (o->batch + size - 1) / size, o->lr,
+           o->cosine ? " cosine" : "", o->momentum, o->local_momentum ? " (local)" : "", o->epochs,
+           o->epochs == 1 ? "" : "s");
     printf("%5s %10s %9s %8s %11s %11s %7s %8s %8s\n", "epoch", "train loss", "test loss",
            "test acc", "wire MiB", "raw MiB", "ratio", "time s", "comm s");
     fflush(stdout);
@@ -428,9 +448,10 @@ static void csv_row(FILE *f, const char *label, int size, int epoch, const epoch
 {
     if (!f)
         return;
+    char codec[32];
     fprintf(f, "%s,%s,%d,%d,%.6f,%.6f,%.6f,%.0f,%.0f,%.3f,%.3f\n", label,
-            env_or("ZIPCCL_CODEC", "auto"), size, epoch, r->train_loss, r->test_loss, r->test_acc,
-            r->bytes_wire, r->bytes_raw, r->epoch_s, r->comm_s);
+            get_var("CODEC", codec, sizeof(codec)), size, epoch, r->train_loss, r->test_loss,
+            r->test_acc, r->bytes_wire, r->bytes_raw, r->epoch_s, r->comm_s);
     fflush(f);
 }
 
@@ -508,7 +529,7 @@ static int rank_main(const options_t *o, const data_t *d)
     /* N ranks share the cores: more BLAS threads than cores only thrash. */
     openblas_set_num_threads(o->blas_threads);
 
-    zc_status_t st = zc_comm_init(&comm);
+    zc_status_t st = settings ? zc_comm_init_config(settings, &comm) : zc_comm_init(&comm);
     if (st != ZC_OK) {
         fprintf(stderr, "train_fmnist: zc_comm_init failed: %s\n", zc_status_string(st));
         return 1;
@@ -547,7 +568,8 @@ static int rank_main(const options_t *o, const data_t *d)
         fprintf(csv, "label,codec,ranks,epoch,train_loss,test_loss,test_acc,bytes_wire,"
                      "bytes_raw,epoch_s,comm_s\n");
     }
-    const char *label = o->label ? o->label : env_or("ZIPCCL_CODEC", "auto");
+    char codec[32];
+    const char *label = o->label ? o->label : get_var("CODEC", codec, sizeof(codec));
     progress_t bar = {.on = rank == 0 && (o->progress < 0 ? isatty(STDOUT_FILENO) : o->progress),
                       .last_shown = -1};
     if (rank == 0)
@@ -827,5 +849,6 @@ int main(int argc, char **argv)
 out:
     fmnist_free(&d.train);
     fmnist_free(&d.test);
+    zc_comm_config_destroy(settings);
     return ret;
 }

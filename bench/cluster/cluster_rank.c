@@ -95,40 +95,15 @@ static const method_t methods[] = {
     {"auto", "auto", NULL, NULL, NULL, NULL, "", 0, 7, 0},
 };
 
-static void set_or_unset(const char *name, const char *value)
-{
-    if (value)
-        setenv(name, value, 1);
-    else
-        unsetenv(name);
-}
-
 /* A communicator of every rank running @p m on @p algo; NULL (logged) on failure. */
-static zc_comm_t *comm_create(const method_t *m, const char *algo, int rank, int size)
+static zc_comm_t *comm_create(const method_t *m, const char *algo)
 {
-    MPI_Comm *dup = malloc(sizeof(*dup));
-    zc_comm_t *comm = NULL;
-
-    if (!dup || MPI_Comm_dup(MPI_COMM_WORLD, dup) != MPI_SUCCESS) {
-        fprintf(stderr, "cluster_rank: rank %d: cannot duplicate MPI_COMM_WORLD\n", rank);
-        free(dup);
-        return NULL;
-    }
-    MPI_Comm_set_errhandler(*dup, MPI_ERRORS_RETURN);
-    setenv("ZIPCCL_CODEC", m->codec, 1);
-    setenv("ZIPCCL_ALGO", algo, 1);
-    set_or_unset("ZIPCCL_QSGD_BITS", m->bits);
-    unsetenv("ZIPCCL_QSGD_LEVELS"); /* it would override the method's bits */
-    set_or_unset("ZIPCCL_TOPK_DENSITY", m->density);
-    set_or_unset("ZIPCCL_GRADIVEQ_SLICE", m->gv_slice);
-    set_or_unset("ZIPCCL_GRADIVEQ_DIM", m->gv_dim);
-    zc_status_t st = zc_comm_init_bootstrap(rank, size, &bench_mpi_hooks, dup, &comm);
-    if (st != ZC_OK) {
-        fprintf(stderr, "cluster_rank: rank %d: %s on %s: zc_comm_init_bootstrap: %s\n", rank,
-                m->name, algo, zc_status_string(st));
-        return NULL; /* the hooks' destroy freed dup */
-    }
-    return comm;
+    const char *const settings[] = {
+        "ZIPCCL_CODEC", m->codec, "ZIPCCL_ALGO", algo, "ZIPCCL_QSGD_BITS", m->bits,
+        /* the environment's level count would override the method's bits */
+        "ZIPCCL_QSGD_LEVELS", "auto", "ZIPCCL_TOPK_DENSITY", m->density, "ZIPCCL_GRADIVEQ_SLICE",
+        m->gv_slice, "ZIPCCL_GRADIVEQ_DIM", m->gv_dim, NULL};
+    return bench_mpi_comm("cluster_rank", settings);
 }
 
 /* ---- data and check -------------------------------------------------------------------------- */
@@ -447,7 +422,7 @@ int main(int argc, char **argv)
         char *save2 = NULL;
         for (char *algo = strtok_r(algos, ",", &save2); algo; algo = strtok_r(NULL, ",", &save2)) {
             zc_comm_t *comm = NULL;
-            if (m->codec && !(comm = comm_create(m, algo, rank, size)))
+            if (m->codec && !(comm = comm_create(m, algo)))
                 MPI_Abort(MPI_COMM_WORLD, 1);
             for (int k = 0; k < o.nsizes; k++) {
                 record_t r = measure(&o, m, algo, comm, o.sizes[k], (uint64_t)k + 1, rank, size);
