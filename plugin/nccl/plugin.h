@@ -5,7 +5,8 @@
  *   exports.c       the only exported symbols: ncclNetPlugin_v11..v8 and
  *                   ncclCollNetPlugin_v11..v8, tables of the functions below
  *   setup.c         once per process: configuration, logging through NCCL's
- *                   logger, the device list; status conversion
+ *                   logger, the device list
+ *   nccl_types.h    NCCL types, ops and results as zipccl's (shared with preload)
  *   net.c           ncclNet v11 over UCX (point to point)
  *   net_compat.c    ncclNet v10, v9, v8 adapters onto net.c
  *   collnet.c       ncclCollNet v11: zipccl all-reduce among the node heads
@@ -20,6 +21,7 @@
 
 #include "common/config.h"
 #include "plugin/nccl/nccl_abi.h"
+#include "plugin/nccl/nccl_types.h"
 
 #include <zipccl/zipccl_status.h>
 
@@ -53,10 +55,6 @@ ncclResult_t zc_nccl_properties(int dev, ncclNetProperties_v11_t *props);
  * listening sockets and UCX listeners; its length in *len_p.
  */
 ncclResult_t zc_nccl_device_addr(int dev, struct sockaddr_storage *addr, unsigned *len_p);
-
-/* A zipccl status as NCCL's result: ZC_ERR_PEER/ZC_ERR_IO/timeouts -> ncclRemoteError or
- * ncclSystemError, ... */
-ncclResult_t zc_nccl_result(zc_status_t status);
 
 /* ---- net.c: ncclNet v11 ---- */
 

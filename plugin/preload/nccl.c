@@ -49,9 +49,8 @@
  *
  * The tensor key of stateful codecs is made of recvbuff and count, the
  * identity of a gradient bucket across steps (the staging buffer is not).
- * zipccl errors become ncclSystemError (local failure), ncclRemoteError (a
- * peer failed or timed out) or ncclInvalidUsage (configuration, mismatch),
- * logged once; an error of a staged call, found on the proxy thread after
+ * zipccl errors become NCCL's results through zc_nccl_result
+ * (plugin/nccl/nccl_types.h, the plugin's mapping too), logged once; an error of a staged call, found on the proxy thread after
  * ncclAllReduce returned, is reported by ncclCommGetAsyncError and by every
  * later eligible call on that communicator.
  */
@@ -405,24 +404,6 @@ static int cuda_failed(cudaError_t err, const char *what)
     return 1;
 }
 
-/* ---- status conversion --------------------------------------------------------------------- */
-
-static ncclResult_t nccl_result(zc_status_t st)
-{
-    switch (st) {
-    case ZC_OK:
-    case ZC_INPROGRESS: return ncclSuccess;
-    case ZC_ERR_INVALID_ARG: return ncclInvalidArgument;
-    case ZC_ERR_INVALID_CONFIG:
-    case ZC_ERR_MISMATCH:
-    case ZC_ERR_UNSUPPORTED: return ncclInvalidUsage;
-    case ZC_ERR_PEER:
-    case ZC_ERR_TIMEOUT: return ncclRemoteError;
-    case ZC_ERR_INTERNAL: return ncclInternalError;
-    default: return ncclSystemError;
-    }
-}
-
 /* ---- communicators --------------------------------------------------------------------------- */
 
 /* A pinned staging buffer with the events of the call that uses it. */
@@ -659,7 +640,7 @@ static void *proxy_main(void *arg)
             ZC_ERROR("ncclAllReduce: zipccl all-reduce of %zu %s on rank %d of %d failed: %s; "
                      "the communicator reports it from now on",
                      j->count, zc_dtype_name(j->dtype), c->rank, c->nranks, zc_status_string(st));
-            c->error = nccl_result(st);
+            c->error = zc_nccl_result(st);
         }
         if (recycle) {
             s->next = c->free_stages;
@@ -1070,7 +1051,7 @@ static int run_host(pcomm_t *c, const void *sendbuf, void *recvbuf, size_t count
     if (j.status < 0) {
         ZC_ERROR("ncclAllReduce: zipccl all-reduce of %zu %s on rank %d of %d failed: %s", count,
                  zc_dtype_name(dtype), c->rank, c->nranks, zc_status_string(j.status));
-        r = nccl_result(j.status);
+        r = zc_nccl_result(j.status);
         /* a lost peer breaks the communicator (zipccl.h); a mismatch only fails this call */
         if (r == ncclRemoteError) {
             pthread_mutex_lock(&c->lock);
