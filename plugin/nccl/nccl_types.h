@@ -1,6 +1,8 @@
 /*
- * NCCL's element types and reduction ops as zipccl's, for the CollNet plugin
- * and the preload library's NCCL interposer (one mapping, two callers).
+ * NCCL's element types and reduction ops as zipccl's, and zipccl's status as
+ * NCCL's result, for the net/CollNet plugin and the preload library's NCCL
+ * interposer (one mapping, two callers; header-only, as the preload library
+ * links none of plugin/nccl).
  */
 #ifndef ZC_PLUGIN_NCCL_TYPES_H
 #define ZC_PLUGIN_NCCL_TYPES_H
@@ -34,6 +36,40 @@ static inline int zc_nccl_redop(ncclRedOp_t op, zc_redop_t *op_p)
     case ncclMin: *op_p = ZC_OP_MIN; return 1;
     case ncclAvg: *op_p = ZC_OP_AVG; return 1;
     default: return 0;
+    }
+}
+
+/*
+ * A zipccl status as NCCL's result, the one conversion of both NCCL frontends:
+ *   ZC_OK, ZC_INPROGRESS                    ncclSuccess
+ *   ZC_ERR_PEER, ZC_ERR_TIMEOUT             ncclRemoteError (a peer died or stalled)
+ *   ZC_ERR_INVALID_CONFIG, ZC_ERR_MISMATCH,
+ *   ZC_ERR_UNSUPPORTED                      ncclInvalidUsage (configuration, ranks disagree)
+ *   ZC_ERR_INVALID_ARG                      ncclInvalidArgument
+ *   ZC_ERR_INTERNAL, ZC_ERR_CORRUPT,
+ *   ZC_ERR_BUFFER_TOO_SMALL                 ncclInternalError (a bug, or a payload zipccl
+ *                                           itself should never have produced)
+ *   ZC_ERR_IO, ZC_ERR_NO_MEMORY, others     ncclSystemError (a local failure)
+ * The plugin's own checks of NCCL's arguments return ncclInternalError directly:
+ * a bad argument from NCCL is NCCL's bug, not the user's.
+ */
+static inline ncclResult_t zc_nccl_result(zc_status_t status)
+{
+    switch (status) {
+    case ZC_OK:
+    case ZC_INPROGRESS: return ncclSuccess;
+    case ZC_ERR_PEER:
+    case ZC_ERR_TIMEOUT: return ncclRemoteError;
+    case ZC_ERR_INVALID_CONFIG:
+    case ZC_ERR_MISMATCH:
+    case ZC_ERR_UNSUPPORTED: return ncclInvalidUsage;
+    case ZC_ERR_INVALID_ARG: return ncclInvalidArgument;
+    case ZC_ERR_INTERNAL:
+    case ZC_ERR_CORRUPT:
+    case ZC_ERR_BUFFER_TOO_SMALL: return ncclInternalError;
+    case ZC_ERR_IO:
+    case ZC_ERR_NO_MEMORY:
+    default: return ncclSystemError;
     }
 }
 

@@ -5,8 +5,12 @@
  *   exports.c       the only exported symbols: ncclNetPlugin_v11..v8 and
  *                   ncclCollNetPlugin_v11..v8, tables of the functions below
  *   setup.c         once per process: configuration, logging through NCCL's
- *                   logger, the device list; status conversion
- *   net.c           ncclNet v11 over UCX (point to point)
+ *                   logger, the device list
+ *   nccl_types.h    NCCL types, ops and results as zipccl's (shared with preload)
+ *   net.c           ncclNet v11 over UCX (point to point): context, connections'
+ *                   lifetime, the design; net_int.h what the net files share
+ *   net_shake.c     listen, connect, accept: the TCP handshake of worker addresses
+ *   net_data.c      memory registration, isend, irecv, iflush, test, close
  *   net_compat.c    ncclNet v10, v9, v8 adapters onto net.c
  *   collnet.c       ncclCollNet v11: zipccl all-reduce among the node heads
  *   collnet_compat.c ncclCollNet v10, v9, v8 adapters onto collnet.c
@@ -20,6 +24,7 @@
 
 #include "common/config.h"
 #include "plugin/nccl/nccl_abi.h"
+#include "plugin/nccl/nccl_types.h"
 
 #include <zipccl/zipccl_status.h>
 
@@ -54,11 +59,7 @@ ncclResult_t zc_nccl_properties(int dev, ncclNetProperties_v11_t *props);
  */
 ncclResult_t zc_nccl_device_addr(int dev, struct sockaddr_storage *addr, unsigned *len_p);
 
-/* A zipccl status as NCCL's result: ZC_ERR_PEER/ZC_ERR_IO/timeouts -> ncclRemoteError or
- * ncclSystemError, ... */
-ncclResult_t zc_nccl_result(zc_status_t status);
-
-/* ---- net.c: ncclNet v11 ---- */
+/* ---- net.c, net_shake.c, net_data.c: ncclNet v11 ---- */
 
 ncclResult_t zc_net_init(void **ctx, uint64_t commId, ncclNetCommConfig_v11_t *config,
                          ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);

@@ -303,23 +303,3 @@ ncclResult_t zc_nccl_device_addr(int dev, struct sockaddr_storage *addr, unsigne
     *len_p = devs[dev].addr_len;
     return ncclSuccess;
 }
-
-ncclResult_t zc_nccl_result(zc_status_t status)
-{
-    switch (status) {
-    case ZC_OK:
-    case ZC_INPROGRESS: return ncclSuccess;
-    case ZC_ERR_PEER:
-    case ZC_ERR_TIMEOUT: return ncclRemoteError;
-    case ZC_ERR_IO:
-    case ZC_ERR_NO_MEMORY: return ncclSystemError;
-    case ZC_ERR_INVALID_CONFIG: return ncclInvalidUsage;
-    case ZC_ERR_INVALID_ARG:
-    case ZC_ERR_BUFFER_TOO_SMALL:
-    case ZC_ERR_CORRUPT:
-    case ZC_ERR_MISMATCH:
-    case ZC_ERR_UNSUPPORTED:
-    case ZC_ERR_INTERNAL:
-    default: return ncclInternalError;
-    }
-}

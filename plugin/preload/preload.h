@@ -4,7 +4,8 @@
  *   preload.c   once per process: configuration, logging, eligibility, the engine
  *               (libzipccl.so.0, dlopen'ed at the first eligible call)
  *   mpi.c       MPI_Init*, MPI_Allreduce, MPI_Iallreduce, MPI_Finalize wrappers
- *   nccl.c      ncclCommInit*, ncclCommSplit, ncclAllReduce, ncclCommDestroy wrappers
+ *   nccl.c      ncclCommInit*, ncclCommSplit, ncclAllReduce, ncclCommDestroy wrappers;
+ *               nccl_cuda.c, nccl_proxy.c, nccl_boot.c behind them (nccl_int.h)
  *
  * The exported wrappers are thin: each resolves the real function on first
  * use, decides eligibility and either forwards untouched or runs zipccl.

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -106,6 +107,96 @@ zc_status_t zc_bs_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns, 
         if (status != ZC_OK)
             return status;
     }
+}
+
+zc_status_t zc_bs_send_some(int fd, const void *buf, size_t len, size_t *sent_p, int *errno_p)
+{
+    while (*sent_p < len) {
+        ssize_t n =
+            send(fd, (const char *)buf + *sent_p, len - *sent_p, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n >= 0) {
+            *sent_p += (size_t)n;
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return ZC_OK;
+        *errno_p = errno;
+        return ZC_ERR_IO;
+    }
+    return ZC_OK;
+}
+
+void zc_bs_set_nodelay(int fd)
+{
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+zc_status_t zc_bs_connect_start(const struct sockaddr *sa, socklen_t len, int *fd_p, int *errno_p)
+{
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        *errno_p = errno;
+        return ZC_ERR_IO;
+    }
+    zc_bs_set_nodelay(fd);
+    if (connect(fd, sa, len) != 0 && errno != EINPROGRESS) {
+        *errno_p = errno;
+        close(fd);
+        return ZC_ERR_IO;
+    }
+    *fd_p = fd;
+    return ZC_OK;
+}
+
+zc_status_t zc_bs_connect_test(int fd, int *errno_p)
+{
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int err = 0;
+    socklen_t len = sizeof(err);
+
+    if (poll(&p, 1, 0) == 0)
+        return ZC_INPROGRESS;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        err = errno;
+    if (err != 0) {
+        *errno_p = err;
+        return ZC_ERR_IO;
+    }
+    return ZC_OK;
+}
+
+zc_status_t zc_bs_listen_at(const struct sockaddr *sa, socklen_t len, int backlog, int *fd_p,
+                            struct sockaddr_storage *bound, int *errno_p)
+{
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    socklen_t blen = sizeof(*bound);
+    if (fd < 0 || bind(fd, sa, len) != 0 || listen(fd, backlog) != 0 ||
+        getsockname(fd, (struct sockaddr *)bound, &blen) != 0) {
+        *errno_p = errno;
+        if (fd >= 0)
+            close(fd);
+        return ZC_ERR_IO;
+    }
+    *fd_p = fd;
+    return ZC_OK;
+}
+
+zc_status_t zc_bs_accept(int listen_fd, int *fd_p, struct sockaddr_storage *from, int *errno_p)
+{
+    socklen_t len = sizeof(*from);
+    int fd = accept4(listen_fd, (struct sockaddr *)from, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+            return ZC_INPROGRESS;
+        *errno_p = errno;
+        return ZC_ERR_IO;
+    }
+    zc_bs_set_nodelay(fd);
+    *fd_p = fd;
+    return ZC_OK;
 }
 
 static int listen_on(int family, int port, int *errno_p)

@@ -12,6 +12,15 @@
  * whole job. Queries that concern the running process (its binding, binding a
  * thread) need this machine and return ZC_ERR_UNSUPPORTED on an XML topology.
  *
+ * Nothing in the product uses it yet: only its tests (tests/unit/topo) call it.
+ * The hierarchical all-reduce (intra-node raw, inter-node compressed) will,
+ * for which ranks share a host and where to bind the progress thread. It is
+ * built only when hwloc is found (meson's summary says when it is off), so
+ * code that calls it must be built under the same condition.
+ *
+ * Files: topo.c (loading, NUMA and CPU queries), describe.c (the log line),
+ * nic.c (network devices near a PCI device), host.c (host grouping).
+ *
  * Thread safety: a loaded zc_topo_t is read-only; every query may run
  * concurrently with the others (hwloc's queries are thread safe after load).
  * zc_topo_bind_thread changes the calling thread's binding only.

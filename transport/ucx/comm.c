@@ -7,16 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+static void ep_error(void *arg, zc_status_t status, const char *reason)
 {
     zc_ucx_peer_t *peer = arg;
 
-    /* Runs inside ucp_worker_progress: only record it; zc_ucx_progress fails the requests. */
-    if (peer->error == UCS_OK)
-        peer->error = status;
+    /* Runs inside progress: only record it; zc_ucx_progress fails the requests. */
+    if (peer->error == ZC_OK) {
+        peer->error = status == ZC_OK ? ZC_ERR_PEER : status;
+        peer->reason = reason;
+    }
     peer->comm->failure_pending = 1;
     peer->comm->saw_failure = 1;
-    ZC_DEBUG("ucx: endpoint to peer %d failed: %s", peer->rank, ucs_status_string(status));
+    ZC_DEBUG("ucx: endpoint to peer %d failed: %s", peer->rank, reason);
 }
 
 /* Allgathers the worker addresses, whose lengths may differ between ranks. */
@@ -56,57 +58,34 @@ err:
     return status;
 }
 
-/* Which transports UCX chose for an endpoint: UCX's own description, line by line. */
-static void log_transports(zc_ucx_comm_t *comm, zc_ucx_peer_t *peer)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
-        return;
-    ucp_ep_print_info(peer->ep, f);
-    fclose(f);
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
-        ZC_DEBUG("ucx: rank %d to peer %d: %s", comm->rank, peer->rank, line);
-    free(text);
-}
-
 static zc_status_t connect_peers(zc_ucx_comm_t *comm, const uint8_t *all, size_t stride)
 {
     for (int r = 0; r < comm->size; r++) {
         zc_ucx_peer_t *peer = &comm->peers[r];
-        ucp_ep_params_t params = {
-            .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
-            .address = (const ucp_address_t *)(all + (size_t)r * stride),
-            .err_mode = UCP_ERR_HANDLING_MODE_NONE,
-        };
-        if (comm->peer_errors) {
-            params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-            params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-            params.err_handler.cb = ep_error;
-            params.err_handler.arg = peer;
-        }
-        ucs_status_t status = ucp_ep_create(comm->worker, &params, &peer->ep);
-        if (status != UCS_OK) {
+        zc_status_t status = zc_ucx_ep_create(comm->worker, all + (size_t)r * stride, stride,
+                                              comm->peer_errors ? ep_error : NULL, peer, &peer->ep);
+        if (status != ZC_OK) {
             peer->ep = NULL;
             ZC_ERROR("ucx: rank %d cannot create an endpoint to peer %d: %s", comm->rank, r,
-                     ucs_status_string(status));
-            return zc_ucx_status(status);
+                     zc_status_string(status));
+            return status;
         }
     }
-    if (ZC_LOG_ENABLED(ZC_LOG_DEBUG) && comm->size > 1)
-        log_transports(comm, &comm->peers[(comm->rank + 1) % comm->size]);
+    if (ZC_LOG_ENABLED(ZC_LOG_DEBUG) && comm->size > 1) {
+        int next = (comm->rank + 1) % comm->size;
+        char prefix[64];
+        snprintf(prefix, sizeof(prefix), "ucx: rank %d to peer %d", comm->rank, next);
+        zc_ucx_ep_log_transports(comm->peers[next].ep, prefix);
+    }
     return ZC_OK;
 }
 
 zc_status_t zc_ucx_comm_create(const zc_config_t *cfg, zc_bootstrap_t *bs, zc_ucx_comm_t **comm_p)
 {
     zc_ucx_comm_t *comm = NULL;
-    ucp_worker_attr_t attr = {.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS};
     uint8_t *all = NULL;
     size_t stride = 0;
     zc_status_t status;
-    ucs_status_t ustatus;
 
     if (!cfg || !bs || !bs->ops || !comm_p || bs->size < 1 || bs->size > ZC_UCX_MAX_RANKS ||
         bs->rank < 0 || bs->rank >= bs->size)
@@ -127,31 +106,10 @@ zc_status_t zc_ucx_comm_create(const zc_config_t *cfg, zc_bootstrap_t *bs, zc_uc
         comm->peers[r].rank = r;
     }
 
-    ZC_CHECK_GOTO(zc_ucx_context_get(&comm->context), status, err_destroy);
-
-    ucp_worker_params_t wparams = {
-        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-        /* one thread at a time, not always the same one */
-        .thread_mode = UCS_THREAD_MODE_SERIALIZED,
-    };
-    ustatus = ucp_worker_create(comm->context, &wparams, &comm->worker);
-    if (ustatus != UCS_OK) {
-        comm->worker = NULL;
-        ZC_ERROR("ucx: rank %d cannot create a worker: %s", comm->rank, ucs_status_string(ustatus));
-        status = zc_ucx_status(ustatus);
-        goto err_destroy;
-    }
-    ustatus = ucp_worker_query(comm->worker, &attr);
-    if (ustatus != UCS_OK) {
-        ZC_ERROR("ucx: rank %d cannot read its worker address: %s", comm->rank,
-                 ucs_status_string(ustatus));
-        status = zc_ucx_status(ustatus);
-        goto err_destroy;
-    }
-    status = exchange_addresses(bs, attr.address, attr.address_length, &all, &stride);
-    ucp_worker_release_address(comm->worker, attr.address);
-    if (status != ZC_OK)
-        goto err_destroy;
+    ZC_CHECK_GOTO(zc_ucx_worker_create("zipccl", &comm->worker), status, err_destroy);
+    size_t addr_len;
+    const void *addr = zc_ucx_worker_address(comm->worker, &addr_len);
+    ZC_CHECK_GOTO(exchange_addresses(bs, addr, addr_len, &all, &stride), status, err_destroy);
     ZC_CHECK_GOTO(connect_peers(comm, all, stride), status, err_destroy);
     free(all);
     ZC_DEBUG("ucx: rank %d of %d connected (addresses of %zu bytes)", comm->rank, comm->size,
@@ -171,7 +129,7 @@ err_destroy:
 /* Closes every endpoint and progresses until the closes complete or @p deadline_ns passes. */
 static void close_endpoints(zc_ucx_comm_t *comm, uint64_t deadline_ns)
 {
-    void **closing = calloc((size_t)comm->size, sizeof(*closing));
+    zc_ucx_closing_t **closing = calloc((size_t)comm->size, sizeof(*closing));
     int pending = 0;
 
     for (int r = 0; r < comm->size; r++) {
@@ -179,34 +137,26 @@ static void close_endpoints(zc_ucx_comm_t *comm, uint64_t deadline_ns)
         if (!peer->ep)
             continue;
         /* A failed endpoint cannot be flushed; after any failure, force them all. */
-        ucp_request_param_t param = {
-            .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-            .flags = comm->saw_failure || peer->error != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0,
-        };
-        void *req = ucp_ep_close_nbx(peer->ep, &param);
+        zc_ucx_closing_t *c = zc_ucx_ep_close(peer->ep, comm->saw_failure || peer->error != ZC_OK);
         peer->ep = NULL;
-        if (UCS_PTR_IS_PTR(req)) {
-            if (closing)
-                closing[pending++] = req;
-            else
-                ucp_request_free(req);
-        }
+        if (c && closing)
+            closing[pending++] = c;
+        else
+            zc_ucx_closing_abandon(c);
     }
     while (pending > 0 && zc_time_ns() < deadline_ns) {
-        ucp_worker_progress(comm->worker);
+        zc_ucx_worker_progress(comm->worker);
         for (int i = 0; i < pending;) {
-            if (ucp_request_check_status(closing[i]) != UCS_INPROGRESS) {
-                ucp_request_free(closing[i]);
+            if (zc_ucx_closing_done(closing[i]))
                 closing[i] = closing[--pending];
-            } else {
+            else
                 i++;
-            }
         }
     }
     if (pending > 0)
         ZC_WARN("ucx: rank %d: %d endpoints still closing after the deadline", comm->rank, pending);
     for (int i = 0; i < pending; i++)
-        ucp_request_free(closing[i]);
+        zc_ucx_closing_abandon(closing[i]);
     free(closing);
 }
 
@@ -216,16 +166,15 @@ void zc_ucx_comm_destroy(zc_ucx_comm_t *comm)
         return;
     if (comm->worker) {
         uint64_t deadline = zc_time_ns() + (uint64_t)comm->timeout_s * 1000000000ull;
-        zc_ucx_abandon_all(comm);
+        if (zc_ucx_worker_detach_all(comm->worker) > 0)
+            comm->saw_failure = 1; /* requests abandoned: close by force */
         if (comm->peers)
             close_endpoints(comm, deadline);
         /* let cancelled receives and force-closed sends hand their requests back */
-        while (comm->inflight && zc_time_ns() < deadline)
-            ucp_worker_progress(comm->worker);
-        ucp_worker_destroy(comm->worker);
+        while (comm->worker->inflight && zc_time_ns() < deadline)
+            zc_ucx_worker_progress(comm->worker);
+        zc_ucx_worker_destroy(comm->worker);
     }
-    if (comm->context)
-        zc_ucx_context_put();
     free(comm->peers);
     free(comm);
 }

@@ -12,7 +12,7 @@ static void ureq_init(void *request)
 {
     zc_ucx_ureq_t *ureq = request;
     ureq->owner = NULL;
-    ureq->comm = NULL;
+    ureq->worker = NULL;
     ureq->prev = ureq->next = NULL;
 }
 

@@ -1,7 +1,17 @@
 /*
- * UCX point-to-point transport: one UCP context per process, one worker per
- * communicator, an endpoint to every rank (itself included), tagged
- * nonblocking send and receive, progress from the calling thread.
+ * UCX point-to-point transport, in two levels, neither showing UCX's types.
+ *
+ * Workers, endpoints and tagged operations (zc_ucx_worker_t, zc_ucx_ep_t,
+ * zc_ucx_op_t): a UCP worker on the process's one UCP context, endpoints to
+ * other workers from their addresses (exchanged however the caller likes),
+ * tagged nonblocking send and receive with full 64-bit tags and completion
+ * callbacks, cancellation, closing with a deadline the caller drives. For
+ * frontends that connect peer by peer (plugin/nccl/net.c: ncclNet) and for
+ * the communicators below, which are built on it.
+ *
+ * Communicators (zc_ucx_comm_t): one worker per communicator, an endpoint to
+ * every rank (itself included), addresses exchanged over a bootstrap, ranked
+ * tags, waits with deadlines and peer-failure reporting.
  *
  *   zc_ucx_comm_t *comm;
  *   ZC_CHECK(zc_ucx_comm_create(cfg, bs, &comm));     // collective over bs
@@ -41,9 +51,12 @@
  * shared memory and CMA (ZIPCCL_UCX_PEER_ERRORS=0 gets those back, and leaves
  * a dead peer to the deadline).
  *
- * Threads. The context is shared and thread safe; a communicator (its
- * requests, progress, waits) must be used by one thread at a time. Different
- * communicators may be driven by different threads concurrently.
+ * Threads. The context is shared and thread safe. A worker, with its
+ * endpoints, operations and communicator, must be used by one thread at a time
+ * (UCS_THREAD_MODE_SERIALIZED); different workers may be driven by different
+ * threads concurrently. A caller that drives one worker from several threads
+ * serializes them with the worker's mutex (zc_ucx_worker_lock). Completion
+ * and endpoint-error callbacks run inside progress, on that thread.
  */
 #ifndef ZC_TRANSPORT_UCX_H
 #define ZC_TRANSPORT_UCX_H
@@ -62,6 +75,154 @@
 #define ZC_UCX_TAG_MAX ((UINT64_C(1) << ZC_UCX_TAG_BITS) - 1)
 /* The most ranks a communicator may have. */
 #define ZC_UCX_MAX_RANKS (1 << ZC_UCX_RANK_BITS)
+
+/* ---- workers, endpoints, tagged operations ---- */
+
+typedef struct zc_ucx_worker zc_ucx_worker_t;
+typedef struct zc_ucx_ep zc_ucx_ep_t;
+typedef struct zc_ucx_op zc_ucx_op_t;
+typedef struct zc_ucx_closing zc_ucx_closing_t;
+
+/*
+ * Creates a worker (named @p name in UCX's diagnostics) on the process's UCP
+ * context, taking a reference on the context (created on first use, thread
+ * safe), and reads its address. Errors: ZC_ERR_INVALID_ARG (NULL
+ * @p worker_p), UCX's converted (logged). On error *worker_p is untouched.
+ */
+zc_status_t zc_ucx_worker_create(const char *name, zc_ucx_worker_t **worker_p);
+
+/*
+ * Detaches the operations still in flight (as zc_ucx_op_detach), destroys the
+ * worker and releases the context reference. Endpoints must have been closed.
+ * NULL is allowed.
+ */
+void zc_ucx_worker_destroy(zc_ucx_worker_t *worker);
+
+/* The worker's address for peers' zc_ucx_ep_create; owned by the worker, freed with it. */
+const void *zc_ucx_worker_address(const zc_ucx_worker_t *worker, size_t *len_p);
+
+/*
+ * Progresses the worker once: completes operations (running their callbacks)
+ * and endpoint errors (running their handlers). Returns the number of UCX
+ * events processed (0: nothing happened). Never blocks.
+ */
+unsigned zc_ucx_worker_progress(zc_ucx_worker_t *worker);
+
+/*
+ * The worker's mutex, for callers that drive it from several threads: every
+ * call on the worker, its endpoints and operations then holds it, so that
+ * callbacks run with it held. Not recursive.
+ */
+void zc_ucx_worker_lock(zc_ucx_worker_t *worker);
+void zc_ucx_worker_unlock(zc_ucx_worker_t *worker);
+
+/*
+ * An endpoint's failure, reported once, inside progress: @p status is
+ * ZC_ERR_PEER for a dead or closed peer (else UCX's error converted), @p reason
+ * UCX's words for it (static storage). The handler only records it: it must
+ * not close the endpoint or destroy the worker.
+ */
+typedef void (*zc_ucx_ep_error_fn)(void *arg, zc_status_t status, const char *reason);
+
+/*
+ * Creates an endpoint on @p worker to the worker whose address is @p addr
+ * (zc_ucx_worker_address on the peer, @p len bytes). With @p on_error, UCX's
+ * peer error handling (UCP_ERR_HANDLING_MODE_PEER) is on and @p on_error(@p
+ * arg, ...) reports the peer's failure; with NULL it is off (UCX may then use
+ * transports that cannot report failures, such as shared memory). Errors:
+ * ZC_ERR_INVALID_ARG, UCX's converted (not logged: the caller names the peer).
+ */
+zc_status_t zc_ucx_ep_create(zc_ucx_worker_t *worker, const void *addr, size_t len,
+                             zc_ucx_ep_error_fn on_error, void *arg, zc_ucx_ep_t **ep_p);
+
+/*
+ * Starts closing @p ep (flushing its sends, or at once with @p force: a failed
+ * endpoint cannot be flushed) and frees it; the error handler no longer runs.
+ * Returns NULL when the close is done, else the close in progress, which
+ * zc_ucx_closing_done polls (progress the worker meanwhile) and
+ * zc_ucx_closing_abandon gives up on. NULL @p ep returns NULL.
+ */
+zc_ucx_closing_t *zc_ucx_ep_close(zc_ucx_ep_t *ep, int force);
+/* 1 (and @p closing freed) once the close completed, else 0. */
+int zc_ucx_closing_done(zc_ucx_closing_t *closing);
+/* Stops waiting for @p closing (freed; UCX finishes on its own). NULL is allowed. */
+void zc_ucx_closing_abandon(zc_ucx_closing_t *closing);
+
+/*
+ * Logs at debug level, line by line, which transports UCX chose for @p ep
+ * (UCX's own description), each line as "<prefix>: <line>". Nothing when
+ * debug logging is off.
+ */
+void zc_ucx_ep_log_transports(const zc_ucx_ep_t *ep, const char *prefix);
+
+/* Completion callback of an operation: @p op->status, length and reason are final. */
+typedef void (*zc_ucx_op_fn)(zc_ucx_op_t *op, void *arg);
+
+/*
+ * A tagged send or receive, in storage the caller owns, valid and unmoved
+ * while status is ZC_INPROGRESS (until it completes or is detached).
+ */
+struct zc_ucx_op {
+    zc_status_t status; /* ZC_INPROGRESS, then the final status */
+    size_t length;      /* once ZC_OK: bytes received (receive) or sent (send) */
+    const char *reason; /* once failed: UCX's words for it (static storage) */
+
+    /* private to transport/ucx */
+    void *handle; /* UCX's request while in flight */
+    zc_ucx_worker_t *worker;
+    zc_ucx_op_fn done;
+    void *done_arg;
+};
+
+/*
+ * Starts sending @p len bytes at @p buf on @p ep with the UCP tag @p tag (all
+ * 64 bits are the caller's). @p buf must stay valid and unchanged until the
+ * operation completes (or, once detached, until the worker is destroyed).
+ * Returns ZC_OK when started; op->status says whether it already completed
+ * (@p done then ran before this returns). Errors, with nothing started and
+ * @p done not run: ZC_ERR_INVALID_ARG, UCX's converted (op->status and
+ * op->reason say it; not logged).
+ */
+zc_status_t zc_ucx_op_send(zc_ucx_ep_t *ep, uint64_t tag, const void *buf, size_t len,
+                           zc_ucx_op_fn done, void *arg, zc_ucx_op_t *op);
+
+/*
+ * Starts receiving up to @p len bytes into @p buf on @p worker, matching the
+ * UCP tag @p tag exactly (a tag receive has no source: the tag must say who
+ * sends). Completes with op->length the message's size, ZC_ERR_BUFFER_TOO_SMALL
+ * when it was longer, ZC_ERR_PEER when UCX cancelled it (the sender of a
+ * rendezvous it matched is gone, or zc_ucx_op_cancel). A message that already
+ * arrived may complete it inside this call. Errors as zc_ucx_op_send.
+ */
+zc_status_t zc_ucx_op_recv(zc_ucx_worker_t *worker, uint64_t tag, void *buf, size_t len,
+                           zc_ucx_op_fn done, void *arg, zc_ucx_op_t *op);
+
+/*
+ * Asks UCX to cancel a receive in flight: it completes (callback included),
+ * with ZC_ERR_PEER, inside this call or a later progress; a message already
+ * being received may still complete it with ZC_OK. Sends cannot be cancelled:
+ * nothing happens to them, nor to completed operations.
+ */
+void zc_ucx_op_cancel(zc_ucx_op_t *op);
+
+/*
+ * Gives up on @p op if it is in flight: its callback will not run and its
+ * storage is free again at once; a receive is cancelled. UCX may still read a
+ * send's buffer, or write a receive's buffer that was already being filled,
+ * until the operation ends inside UCX or the worker is destroyed.
+ * op->status is left ZC_INPROGRESS for the caller to set.
+ */
+void zc_ucx_op_detach(zc_ucx_op_t *op);
+
+/*
+ * Detaches every operation in flight on @p worker for which @p match(op, arg)
+ * returns nonzero, then completes each with @p status and @p reason, running
+ * its callback (which may post new operations). Returns how many.
+ */
+size_t zc_ucx_worker_fail_ops(zc_ucx_worker_t *worker, int (*match)(zc_ucx_op_t *op, void *arg),
+                              void *arg, zc_status_t status, const char *reason);
+
+/* ---- communicators ---- */
 
 typedef struct zc_ucx_comm zc_ucx_comm_t;
 typedef struct zc_ucx_req zc_ucx_req_t;
@@ -87,8 +248,8 @@ struct zc_ucx_req {
     size_t length;      /* once ZC_OK: bytes received (recv) or sent (send) */
 
     /* private to transport/ucx */
+    zc_ucx_op_t op; /* the operation underneath */
     zc_ucx_comm_t *comm;
-    void *handle; /* the UCX request while in flight */
     zc_ucx_done_fn done;
     void *done_arg;
     uint64_t tag;

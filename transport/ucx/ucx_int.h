@@ -6,41 +6,58 @@
 
 #include <ucp/api/ucp.h>
 
+#include <pthread.h>
+
 /*
- * UCX's side of a request: the space UCX reserves in every request it
+ * UCX's side of an operation: the space UCX reserves in every request it
  * allocates (ucp_params_t.request_size), at the address nbx calls return.
- * It outlives the caller's zc_ucx_req_t when a request is abandoned: the
+ * It outlives the caller's zc_ucx_op_t when the operation is detached: the
  * completion callback then only unlinks and frees it.
  */
 typedef struct zc_ucx_ureq {
-    zc_ucx_req_t *owner; /* NULL once abandoned */
-    zc_ucx_comm_t *comm;
-    struct zc_ucx_ureq *prev, *next; /* the communicator's in-flight list */
-    int peer;
+    zc_ucx_op_t *owner; /* NULL once detached */
+    zc_ucx_worker_t *worker;
+    struct zc_ucx_ureq *prev, *next; /* the worker's in-flight list */
     int is_recv;
 } zc_ucx_ureq_t;
 
+struct zc_ucx_worker {
+    ucp_context_h context;
+    ucp_worker_h worker;
+    ucp_address_t *addr;
+    size_t addr_len;
+    pthread_mutex_t lock;
+    zc_ucx_ureq_t *inflight; /* head of the list of UCX requests not yet completed */
+    zc_ucx_op_t *posting;    /* the receive being posted (op.c: zc_ucx_op_recv) */
+};
+
+struct zc_ucx_ep {
+    zc_ucx_worker_t *worker;
+    ucp_ep_h ep;
+    zc_ucx_ep_error_fn on_error; /* NULL once closing */
+    void *arg;
+    void *closing; /* UCX's close request: zc_ucx_closing_t is the endpoint being closed */
+};
+
 typedef struct zc_ucx_peer {
     zc_ucx_comm_t *comm;
-    ucp_ep_h ep;
+    zc_ucx_ep_t *ep;
     int rank;
-    ucs_status_t error; /* UCS_OK, or what UCX's error handler reported */
+    zc_status_t error;  /* ZC_OK, or what the endpoint's error handler reported */
+    const char *reason; /* UCX's words for the error */
     int reported;       /* a request failed because of it and that was logged */
 } zc_ucx_peer_t;
 
 struct zc_ucx_comm {
-    ucp_context_h context;
-    ucp_worker_h worker;
+    zc_ucx_worker_t *worker;
     zc_ucx_peer_t *peers;
     int rank;
     int size;
     int64_t timeout_s;
-    int peer_errors;         /* endpoints in UCP_ERR_HANDLING_MODE_PEER (ZIPCCL_UCX_PEER_ERRORS) */
-    zc_ucx_ureq_t *inflight; /* head of the list of UCX requests not yet completed */
-    int failure_pending;     /* an endpoint failed since the last progress */
-    int saw_failure;         /* a peer failed or a request was abandoned: close by force */
-    const char *what;        /* the caller's operation of the wait in progress, or NULL */
-    zc_ucx_req_t *posting;   /* the receive being posted (request.c: post_recv) */
+    int peer_errors;     /* endpoints in UCP_ERR_HANDLING_MODE_PEER (ZIPCCL_UCX_PEER_ERRORS) */
+    int failure_pending; /* an endpoint failed since the last progress */
+    int saw_failure;     /* a peer failed or a request was abandoned: close by force */
+    const char *what;    /* the caller's operation of the wait in progress, or NULL */
 };
 
 /* The one conversion from ucs_status_t. */
@@ -54,13 +71,18 @@ zc_status_t zc_ucx_context_get(ucp_context_h *context_p);
 void zc_ucx_context_put(void);
 
 /* The UCP tag of a message from @p sender with the caller's @p tag. */
-static inline ucp_tag_t zc_ucx_tag(int sender, uint64_t tag)
+static inline uint64_t zc_ucx_tag(int sender, uint64_t tag)
 {
-    return ((ucp_tag_t)sender << ZC_UCX_TAG_BITS) | tag;
+    return ((uint64_t)sender << ZC_UCX_TAG_BITS) | tag;
 }
 
+/*
+ * op.c: detaches every operation in flight without touching its owner's
+ * storage (which may be gone); receives are cancelled. Returns how many.
+ */
+size_t zc_ucx_worker_detach_all(zc_ucx_worker_t *worker);
+
 /* request.c: what comm.c needs of it */
-void zc_ucx_abandon_all(zc_ucx_comm_t *comm);
 void zc_ucx_fail_peers(zc_ucx_comm_t *comm);
 
 #endif
