@@ -17,7 +17,7 @@
  *   | positions: c gaps, LEB128 varint or Golomb-Rice, to the end of the body
  */
 #include "codec/codec.h"
-#include "codec/topk/topk.h"
+#include "codec/topk/topk_int.h"
 #include "common/compiler.h"
 #include "common/half.h"
 
