@@ -18,30 +18,6 @@ zc_status_t zc_cuda_status(cudaError_t err, const char *what)
 namespace
 {
 
-/* Field by field, as codec.c compares a state's params with a call's. */
-bool params_equal(const zc_codec_params_t *a, const zc_codec_params_t *b)
-{
-    return a->codec == b->codec && a->qsgd.levels == b->qsgd.levels &&
-           a->qsgd.bucket == b->qsgd.bucket && a->qsgd.scale == b->qsgd.scale &&
-           a->qsgd.coding == b->qsgd.coding && a->qsgd.error_feedback == b->qsgd.error_feedback &&
-           a->topk.density == b->topk.density && a->topk.values == b->topk.values &&
-           a->gradiveq.slice == b->gradiveq.slice && a->gradiveq.dim == b->gradiveq.dim &&
-           a->gradiveq.energy == b->gradiveq.energy && a->gradiveq.ranks == b->gradiveq.ranks &&
-           a->gradiveq.samples == b->gradiveq.samples &&
-           a->gradiveq.refresh == b->gradiveq.refresh &&
-           a->gradiveq.error_feedback == b->gradiveq.error_feedback;
-}
-
-bool uses_error_feedback(const zc_codec_params_t *p)
-{
-    switch (p->codec) {
-    case ZC_CODEC_QSGD: return p->qsgd.error_feedback != 0;
-    case ZC_CODEC_TOPK: return true;
-    case ZC_CODEC_GRADIVEQ: return p->gradiveq.error_feedback != 0;
-    default: return false;
-    }
-}
-
 /* Values in one payload: what every host decoder accepts. */
 constexpr uint64_t kMaxCount = UINT64_C(1) << 40;
 
@@ -108,7 +84,7 @@ ZC_EXPORT zc_status_t zc_cuda_state_create(const zc_codec_params_t *params, uint
         return ZC_ERR_NO_MEMORY;
     s->params = *params;
     s->count = count;
-    if (uses_error_feedback(params)) {
+    if (zc_codec_error_feedback(params)) {
         const size_t bytes = (count ? (size_t)count : 1) * sizeof(float);
         cudaError_t err = cudaMalloc(&s->residual, bytes);
         if (err == cudaSuccess)
@@ -140,7 +116,8 @@ ZC_EXPORT zc_status_t zc_cuda_state_load_basis(zc_cuda_state_t *state, const zc_
         return ZC_ERR_INVALID_ARG;
     if (state->params.codec != ZC_CODEC_GRADIVEQ)
         return ZC_OK;
-    if (host->count != state->count || !params_equal(&host->params, &state->params) || !host->priv)
+    if (host->count != state->count || !zc_codec_params_equal(&host->params, &state->params) ||
+        !host->priv)
         return ZC_ERR_MISMATCH;
     return zc_cuda_gradiveq_load(state, host, stream);
 }
@@ -177,7 +154,7 @@ ZC_EXPORT zc_status_t zc_cuda_codec_encode(const zc_codec_params_t *params, zc_c
     if (zc_codec_needs_state(params)) {
         if (!state)
             return ZC_ERR_INVALID_ARG;
-        if (state->count != count || !params_equal(&state->params, params))
+        if (state->count != count || !zc_codec_params_equal(&state->params, params))
             return ZC_ERR_MISMATCH;
     } else {
         state = NULL;

@@ -227,10 +227,21 @@ static zc_status_t bf16_reduce(zc_codec_state_t *state, const uint8_t *a, size_t
     return half_reduce_as(ZC_HALF_BF16, a, alen, b, blen, count, dst, cap, len_p);
 }
 
+/* Two bytes for four, whatever the input. */
+static double half_wire_ratio(const zc_codec_params_t *params)
+{
+    (void)params;
+    return 0.5;
+}
+
 const zc_codec_ops_t zc_codec_fp16_ops = {
     .name = "fp16",
     .id = ZC_CODEC_FP16,
     .caps = ZC_CODEC_CAP_STATELESS | ZC_CODEC_CAP_LINEAR,
+    .wire_ratio = half_wire_ratio,
+    .nominal_encode_bw = 10e9,
+    .nominal_decode_bw = 10e9,
+    .nominal_reduce_bw = 10e9,
     .bound = half_bound,
     .encode = half_encode,
     .decode_add = f16_decode_add,
@@ -241,6 +252,10 @@ const zc_codec_ops_t zc_codec_bf16_ops = {
     .name = "bf16",
     .id = ZC_CODEC_BF16,
     .caps = ZC_CODEC_CAP_STATELESS | ZC_CODEC_CAP_LINEAR,
+    .wire_ratio = half_wire_ratio,
+    .nominal_encode_bw = 10e9,
+    .nominal_decode_bw = 10e9,
+    .nominal_reduce_bw = 10e9,
     .bound = half_bound,
     .encode = half_encode,
     .decode_add = bf16_decode_add,
