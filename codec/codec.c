@@ -62,27 +62,55 @@ ZC_EXPORT uint32_t zc_qsgd_levels_for_bits(unsigned bits)
     return bits >= 2 && bits <= 17 ? (UINT32_C(1) << (bits - 1)) - 1 : 0;
 }
 
-ZC_EXPORT zc_status_t zc_codec_params_default(zc_codec_id_t codec, zc_codec_params_t *params_p)
+/* Bytes a caller's params must hold for @p ops: the header fields and every field of the codec. */
+static size_t params_size_needed(const zc_codec_ops_t *ops)
 {
-    if (!zc_codec_ops(codec) || !params_p)
+    size_t need = offsetof(zc_codec_params_t, codec) + sizeof(zc_codec_id_t);
+    for (unsigned i = 0; i < ops->nfields; i++)
+        need = ZC_MAX(need, ops->fields[i].offset + ops->fields[i].size);
+    return need;
+}
+
+ZC_EXPORT zc_status_t zc_codec_params_default_sized(zc_codec_id_t codec,
+                                                    zc_codec_params_t *params_p, size_t size)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(codec);
+    zc_codec_params_t p;
+
+    if (!ops || !params_p || size < params_size_needed(ops) || size > UINT32_MAX)
         return ZC_ERR_INVALID_ARG;
-    memset(params_p, 0, sizeof(*params_p));
-    params_p->codec = codec;
+    memset(&p, 0, sizeof(p));
+    p.struct_size = (uint32_t)size;
+    p.codec = codec;
     /* every codec's fields, so that params whose codec is changed afterwards stay valid */
     for (unsigned i = 0; i < ZC_CODEC_COUNT; i++)
         if (registry[i]->params_default)
-            registry[i]->params_default(params_p);
+            registry[i]->params_default(&p);
+    memcpy(params_p, &p, ZC_MIN(size, sizeof(p)));
+    if (size > sizeof(p)) /* a newer caller's fields, for codecs this library does not know */
+        memset((uint8_t *)params_p + sizeof(p), 0, size - sizeof(p));
     return ZC_OK;
 }
 
 ZC_EXPORT zc_status_t zc_codec_params_check(const zc_codec_params_t *params)
 {
-    if (!params)
+    /* struct_size first: a caller's struct may end before the codec id */
+    if (!params || params->struct_size < offsetof(zc_codec_params_t, codec) + sizeof(zc_codec_id_t))
         return ZC_ERR_INVALID_ARG;
     const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
     if (!ops)
         return ZC_ERR_INVALID_CONFIG;
+    if (params->struct_size < params_size_needed(ops))
+        return ZC_ERR_INVALID_ARG;
     return ops->check ? ops->check(params) : ZC_OK;
+}
+
+void zc_codec_params_copy(const zc_codec_params_t *params, zc_codec_params_t *copy_p)
+{
+    size_t size = ZC_MIN((size_t)params->struct_size, sizeof(*copy_p));
+    memset(copy_p, 0, sizeof(*copy_p));
+    memcpy(copy_p, params, size);
+    copy_p->struct_size = (uint32_t)size;
 }
 
 ZC_EXPORT size_t zc_codec_bound(const zc_codec_params_t *params, uint64_t count)
@@ -134,7 +162,7 @@ ZC_EXPORT zc_status_t zc_codec_state_create(const zc_codec_params_t *params, uin
     zc_codec_state_t *state = calloc(1, sizeof(*state));
     if (!state)
         return ZC_ERR_NO_MEMORY;
-    state->params = *params;
+    zc_codec_params_copy(params, &state->params);
     state->count = count;
     if (zc_codec_error_feedback(params)) {
         state->residual = calloc(count ? (size_t)count : 1, sizeof(float));

@@ -144,6 +144,11 @@ const zc_codec_ops_t *zc_codec_ops(zc_codec_id_t codec);
  * equal codec fields (other codecs' fields and padding do not count).
  */
 int zc_codec_params_equal(const zc_codec_params_t *a, const zc_codec_params_t *b);
+/*
+ * Copies a caller's checked @p params into @p copy_p without reading past its
+ * struct_size (a caller built against an older, shorter struct).
+ */
+void zc_codec_params_copy(const zc_codec_params_t *params, zc_codec_params_t *copy_p);
 /* FNV-1a 32 of the codec id and its wire fields: what every rank of a call must share. */
 uint32_t zc_codec_params_hash(const zc_codec_params_t *params);
 /* Whether @p params keep an error-feedback residual in the state. */

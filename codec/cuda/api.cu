@@ -82,7 +82,7 @@ ZC_EXPORT zc_status_t zc_cuda_state_create(const zc_codec_params_t *params, uint
     zc_cuda_state_t *s = (zc_cuda_state_t *)calloc(1, sizeof(*s));
     if (!s)
         return ZC_ERR_NO_MEMORY;
-    s->params = *params;
+    zc_codec_params_copy(params, &s->params);
     s->count = count;
     if (zc_codec_error_feedback(params)) {
         const size_t bytes = (count ? (size_t)count : 1) * sizeof(float);
