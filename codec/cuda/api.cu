@@ -18,6 +18,24 @@ zc_status_t zc_cuda_status(cudaError_t err, const char *what)
 namespace
 {
 
+/*
+ * Codecs with device kernels. A codec added on the host only is refused
+ * (ZC_ERR_UNSUPPORTED) instead of reaching the half kernels, the dispatch's
+ * default below.
+ */
+bool has_kernels(zc_codec_id_t codec)
+{
+    switch (codec) {
+    case ZC_CODEC_NONE:
+    case ZC_CODEC_QSGD:
+    case ZC_CODEC_FP16:
+    case ZC_CODEC_BF16:
+    case ZC_CODEC_TOPK:
+    case ZC_CODEC_GRADIVEQ: return true;
+    default: return false;
+    }
+}
+
 /* Values in one payload: what every host decoder accepts. */
 constexpr uint64_t kMaxCount = UINT64_C(1) << 40;
 
@@ -44,6 +62,8 @@ ZC_EXPORT zc_status_t zc_cuda_codec_supported(const zc_codec_params_t *params)
     if (!params)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_codec_params_check(params));
+    if (!has_kernels(params->codec))
+        return ZC_ERR_UNSUPPORTED;
     if (params->codec == ZC_CODEC_QSGD && params->qsgd.coding != ZC_QSGD_CODING_FIXED)
         return ZC_ERR_UNSUPPORTED; /* docs/cuda.md: why Elias stays on the host */
     return ZC_OK;
@@ -210,6 +230,8 @@ ZC_EXPORT zc_status_t zc_cuda_codec_decode_add(const zc_codec_params_t *params,
     if (!params || !dsrc || !dstatus || (count > 0 && !ddst) || count > kMaxCount)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_codec_params_check(params));
+    if (!has_kernels(params->codec))
+        return ZC_ERR_UNSUPPORTED;
     if (params->codec == ZC_CODEC_GRADIVEQ &&
         (!state || state->params.codec != ZC_CODEC_GRADIVEQ || state->count != count))
         return state ? ZC_ERR_MISMATCH : ZC_ERR_INVALID_ARG;
@@ -243,7 +265,7 @@ ZC_EXPORT zc_status_t zc_cuda_codec_reduce(const zc_codec_params_t *params, zc_c
     if (!params || !da || !db || !ddst || !dlen || !dstatus || count > kMaxCount)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_codec_params_check(params));
-    if (!zc_codec_ops(params->codec)->reduce)
+    if (!has_kernels(params->codec) || !zc_codec_ops(params->codec)->reduce)
         return ZC_ERR_UNSUPPORTED;
     if (params->codec == ZC_CODEC_GRADIVEQ &&
         (!state || state->params.codec != ZC_CODEC_GRADIVEQ || state->count != count))

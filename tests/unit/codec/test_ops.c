@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const zc_codec_ops_t *ops_of(unsigned c)
@@ -277,4 +278,19 @@ Test(codec_ops, state_bytes)
     size_t k = p.gradiveq.slice;
     cr_assert_eq(zc_codec_state_bytes(st), plain - n * sizeof(float) + k * k * 24);
     zc_codec_state_destroy(st);
+}
+
+/* ZIPCCL_CODEC's choices (common/params.def) are the codec names in id order, then auto. */
+Test(codec_ops, config_names_every_codec)
+{
+    char var[64];
+    char *env[] = {var, NULL};
+    zc_config_t cfg;
+
+    for (unsigned c = 0; c <= ZC_CODEC_COUNT; c++) {
+        snprintf(var, sizeof(var), "ZIPCCL_CODEC=%s",
+                 c < ZC_CODEC_COUNT ? zc_codec_name((zc_codec_id_t)c) : "auto");
+        cr_assert_eq(zc_config_load(env, &cfg), ZC_OK, "%s", var);
+        cr_assert_eq(cfg.codec, (int64_t)c, "%s gives index %lld", var, (long long)cfg.codec);
+    }
 }
