@@ -1,73 +1,35 @@
 #include "codec/codec.h"
-#include "common/bitio.h"
 #include "common/compiler.h"
-#include "common/half.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * The registry: one line per codec (its id and its ops table, defined in its
+ * folder). Everything else the library knows of a codec comes from the table.
+ */
+#define ZC_CODEC_REGISTRY(X)                                                                       \
+    X(ZC_CODEC_NONE, zc_codec_none_ops)                                                            \
+    X(ZC_CODEC_QSGD, zc_codec_qsgd_ops)                                                            \
+    X(ZC_CODEC_FP16, zc_codec_fp16_ops)                                                            \
+    X(ZC_CODEC_BF16, zc_codec_bf16_ops)                                                            \
+    X(ZC_CODEC_TOPK, zc_codec_topk_ops)                                                            \
+    X(ZC_CODEC_GRADIVEQ, zc_codec_gradiveq_ops)
+
+#define DECLARE_OPS(id, ops) extern const zc_codec_ops_t ops;
+ZC_CODEC_REGISTRY(DECLARE_OPS)
+#undef DECLARE_OPS
+
 static const zc_codec_ops_t *const registry[ZC_CODEC_COUNT] = {
-    [ZC_CODEC_NONE] = &zc_codec_none_ops, [ZC_CODEC_QSGD] = &zc_codec_qsgd_ops,
-    [ZC_CODEC_FP16] = &zc_codec_fp16_ops, [ZC_CODEC_BF16] = &zc_codec_bf16_ops,
-    [ZC_CODEC_TOPK] = &zc_codec_topk_ops, [ZC_CODEC_GRADIVEQ] = &zc_codec_gradiveq_ops,
+#define REGISTER_OPS(id, ops) [id] = &ops,
+    ZC_CODEC_REGISTRY(REGISTER_OPS)
+#undef REGISTER_OPS
 };
 
 const zc_codec_ops_t *zc_codec_ops(zc_codec_id_t codec)
 {
     return (unsigned)codec < ZC_CODEC_COUNT ? registry[codec] : NULL;
-}
-
-size_t zc_dtype_size(zc_dtype_t dtype)
-{
-    switch (dtype) {
-    case ZC_DTYPE_F32: return 4;
-    case ZC_DTYPE_F16:
-    case ZC_DTYPE_BF16: return 2;
-    default: return 0; /* not a codec input type */
-    }
-}
-
-void zc_dtype_to_f32(zc_dtype_t dtype, const void *src, size_t count, float *dst)
-{
-    const uint16_t *h = src;
-
-    if (count == 0)
-        return; /* src may be NULL then, and memcpy must not see a NULL pointer (C11 7.24.1) */
-    switch (dtype) {
-    case ZC_DTYPE_F32: memcpy(dst, src, count * sizeof(float)); break;
-    case ZC_DTYPE_F16:
-        for (size_t i = 0; i < count; i++)
-            dst[i] = zc_f16_to_f32(h[i]);
-        break;
-    case ZC_DTYPE_BF16:
-        for (size_t i = 0; i < count; i++)
-            dst[i] = zc_bf16_to_f32(h[i]);
-        break;
-    default: break; /* callers pass codec input types only */
-    }
-}
-
-void zc_dtype_add_f32(zc_dtype_t dtype, const void *src, size_t count, float *dst)
-{
-    const uint16_t *h = src;
-    const float *f = src;
-
-    switch (dtype) {
-    case ZC_DTYPE_F32:
-        for (size_t i = 0; i < count; i++)
-            dst[i] += f[i];
-        break;
-    case ZC_DTYPE_F16:
-        for (size_t i = 0; i < count; i++)
-            dst[i] += zc_f16_to_f32(h[i]);
-        break;
-    case ZC_DTYPE_BF16:
-        for (size_t i = 0; i < count; i++)
-            dst[i] += zc_bf16_to_f32(h[i]);
-        break;
-    default: break; /* callers pass codec input types only */
-    }
 }
 
 ZC_EXPORT const char *zc_codec_name(zc_codec_id_t codec)
@@ -100,35 +62,55 @@ ZC_EXPORT uint32_t zc_qsgd_levels_for_bits(unsigned bits)
     return bits >= 2 && bits <= 17 ? (UINT32_C(1) << (bits - 1)) - 1 : 0;
 }
 
-ZC_EXPORT zc_status_t zc_codec_params_default(zc_codec_id_t codec, zc_codec_params_t *params_p)
+/* Bytes a caller's params must hold for @p ops: the header fields and every field of the codec. */
+static size_t params_size_needed(const zc_codec_ops_t *ops)
 {
-    if (!zc_codec_ops(codec) || !params_p)
+    size_t need = offsetof(zc_codec_params_t, codec) + sizeof(zc_codec_id_t);
+    for (unsigned i = 0; i < ops->nfields; i++)
+        need = ZC_MAX(need, ops->fields[i].offset + ops->fields[i].size);
+    return need;
+}
+
+ZC_EXPORT zc_status_t zc_codec_params_default_sized(zc_codec_id_t codec,
+                                                    zc_codec_params_t *params_p, size_t size)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(codec);
+    zc_codec_params_t p;
+
+    if (!ops || !params_p || size < params_size_needed(ops) || size > UINT32_MAX)
         return ZC_ERR_INVALID_ARG;
-    memset(params_p, 0, sizeof(*params_p));
-    params_p->codec = codec;
-    params_p->qsgd.levels = zc_qsgd_levels_for_bits(4);
-    params_p->qsgd.bucket = 512;
-    params_p->qsgd.scale = ZC_QSGD_SCALE_MAX;
-    params_p->qsgd.coding = ZC_QSGD_CODING_FIXED;
-    params_p->topk.density = 0.01;
-    params_p->topk.values = ZC_TOPK_VALUES_F32;
-    params_p->gradiveq.slice = 64;
-    params_p->gradiveq.dim = 0;
-    params_p->gradiveq.energy = 0.99;
-    params_p->gradiveq.ranks = 1;
-    params_p->gradiveq.samples = 1024;
-    params_p->gradiveq.refresh = 0;
+    memset(&p, 0, sizeof(p));
+    p.struct_size = (uint32_t)size;
+    p.codec = codec;
+    /* every codec's fields, so that params whose codec is changed afterwards stay valid */
+    for (unsigned i = 0; i < ZC_CODEC_COUNT; i++)
+        if (registry[i]->params_default)
+            registry[i]->params_default(&p);
+    memcpy(params_p, &p, ZC_MIN(size, sizeof(p)));
+    if (size > sizeof(p)) /* a newer caller's fields, for codecs this library does not know */
+        memset((uint8_t *)params_p + sizeof(p), 0, size - sizeof(p));
     return ZC_OK;
 }
 
 ZC_EXPORT zc_status_t zc_codec_params_check(const zc_codec_params_t *params)
 {
-    if (!params)
+    /* struct_size first: a caller's struct may end before the codec id */
+    if (!params || params->struct_size < offsetof(zc_codec_params_t, codec) + sizeof(zc_codec_id_t))
         return ZC_ERR_INVALID_ARG;
     const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
     if (!ops)
         return ZC_ERR_INVALID_CONFIG;
+    if (params->struct_size < params_size_needed(ops))
+        return ZC_ERR_INVALID_ARG;
     return ops->check ? ops->check(params) : ZC_OK;
+}
+
+void zc_codec_params_copy(const zc_codec_params_t *params, zc_codec_params_t *copy_p)
+{
+    size_t size = ZC_MIN((size_t)params->struct_size, sizeof(*copy_p));
+    memset(copy_p, 0, sizeof(*copy_p));
+    memcpy(copy_p, params, size);
+    copy_p->struct_size = (uint32_t)size;
 }
 
 ZC_EXPORT size_t zc_codec_bound(const zc_codec_params_t *params, uint64_t count)
@@ -139,48 +121,22 @@ ZC_EXPORT size_t zc_codec_bound(const zc_codec_params_t *params, uint64_t count)
     return body > SIZE_MAX - ZC_PAYLOAD_HEADER_BYTES ? 0 : body + ZC_PAYLOAD_HEADER_BYTES;
 }
 
-/*
- * Header: bytes 0-1 "ZC", 2 version, 3 codec id, 4-7 reserved (zero),
- * 8-15 element count, all little-endian.
- */
-static void header_write(uint8_t *dst, zc_codec_id_t codec, uint64_t count)
-{
-    dst[0] = ZC_PAYLOAD_MAGIC0;
-    dst[1] = ZC_PAYLOAD_MAGIC1;
-    dst[2] = ZC_PAYLOAD_VERSION;
-    dst[3] = (uint8_t)codec;
-    zc_store_le32(dst + 4, 0);
-    zc_store_le64(dst + 8, count);
-}
-
 ZC_EXPORT zc_status_t zc_payload_info(const void *src, size_t len, zc_payload_info_t *info_p)
 {
-    const uint8_t *p = src;
+    zc_payload_info_t info;
 
     if (!src || !info_p)
         return ZC_ERR_INVALID_ARG;
-    if (len < ZC_PAYLOAD_HEADER_BYTES || p[0] != ZC_PAYLOAD_MAGIC0 || p[1] != ZC_PAYLOAD_MAGIC1 ||
-        zc_load_le32(p + 4) != 0 || !zc_codec_ops((zc_codec_id_t)p[3]))
-        return ZC_ERR_CORRUPT;
-    if (p[2] != ZC_PAYLOAD_VERSION)
-        return ZC_ERR_MISMATCH;
-    info_p->codec = (zc_codec_id_t)p[3];
-    info_p->version = p[2];
-    info_p->count = zc_load_le64(p + 8);
+    ZC_CHECK(zc_payload_header_parse(src, len, &info));
+    *info_p = info;
     return ZC_OK;
-}
-
-static int error_feedback(const zc_codec_params_t *params)
-{
-    const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
-    return ops->error_feedback && ops->error_feedback(params);
 }
 
 ZC_EXPORT int zc_codec_needs_state(const zc_codec_params_t *params)
 {
     if (zc_codec_params_check(params) != ZC_OK)
         return 0;
-    return error_feedback(params) || zc_codec_ops(params->codec)->state_init != NULL;
+    return zc_codec_error_feedback(params) || zc_codec_ops(params->codec)->state_init != NULL;
 }
 
 ZC_EXPORT void zc_codec_state_destroy(zc_codec_state_t *state)
@@ -206,9 +162,9 @@ ZC_EXPORT zc_status_t zc_codec_state_create(const zc_codec_params_t *params, uin
     zc_codec_state_t *state = calloc(1, sizeof(*state));
     if (!state)
         return ZC_ERR_NO_MEMORY;
-    state->params = *params;
+    zc_codec_params_copy(params, &state->params);
     state->count = count;
-    if (error_feedback(params)) {
+    if (zc_codec_error_feedback(params)) {
         state->residual = calloc(count ? (size_t)count : 1, sizeof(float));
         if (!state->residual) {
             status = ZC_ERR_NO_MEMORY;
@@ -246,17 +202,79 @@ ZC_EXPORT double zc_codec_state_residual_norm(const zc_codec_state_t *state)
     return sqrt(sum);
 }
 
-static int params_equal(const zc_codec_params_t *a, const zc_codec_params_t *b)
+/* ------------------------------------------------------- codec facts */
+
+int zc_codec_params_equal(const zc_codec_params_t *a, const zc_codec_params_t *b)
 {
-    return a->codec == b->codec && a->qsgd.levels == b->qsgd.levels &&
-           a->qsgd.bucket == b->qsgd.bucket && a->qsgd.scale == b->qsgd.scale &&
-           a->qsgd.coding == b->qsgd.coding && a->qsgd.error_feedback == b->qsgd.error_feedback &&
-           a->topk.density == b->topk.density && a->topk.values == b->topk.values &&
-           a->gradiveq.slice == b->gradiveq.slice && a->gradiveq.dim == b->gradiveq.dim &&
-           a->gradiveq.energy == b->gradiveq.energy && a->gradiveq.ranks == b->gradiveq.ranks &&
-           a->gradiveq.samples == b->gradiveq.samples &&
-           a->gradiveq.refresh == b->gradiveq.refresh &&
-           a->gradiveq.error_feedback == b->gradiveq.error_feedback;
+    const zc_codec_ops_t *ops = zc_codec_ops(a->codec);
+
+    if (a->codec != b->codec || !ops)
+        return a->codec == b->codec;
+    for (unsigned i = 0; i < ops->nfields; i++) {
+        const zc_codec_field_t *f = &ops->fields[i];
+        const uint8_t *pa = (const uint8_t *)a + f->offset, *pb = (const uint8_t *)b + f->offset;
+        if (f->kind == ZC_CODEC_FIELD_F64) {
+            double x, y;
+            memcpy(&x, pa, sizeof(x));
+            memcpy(&y, pb, sizeof(y));
+            if (x != y)
+                return 0;
+        } else if (memcmp(pa, pb, f->size) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static uint32_t fnv1a(uint32_t h, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+uint32_t zc_codec_params_hash(const zc_codec_params_t *params)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
+    uint32_t h = fnv1a(2166136261u, &params->codec, sizeof(params->codec));
+
+    for (unsigned i = 0; ops && i < ops->nfields; i++)
+        if (ops->fields[i].wire)
+            h = fnv1a(h, (const uint8_t *)params + ops->fields[i].offset, ops->fields[i].size);
+    return h;
+}
+
+int zc_codec_error_feedback(const zc_codec_params_t *params)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
+    return ops && ops->error_feedback && ops->error_feedback(params);
+}
+
+void zc_codec_params_set_ranks(zc_codec_params_t *params, uint32_t nranks)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
+    if (ops && ops->params_set_ranks)
+        ops->params_set_ranks(params, nranks);
+}
+
+size_t zc_codec_granule(const zc_codec_params_t *params)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
+    return ops && ops->granule ? ops->granule(params) : 0;
+}
+
+double zc_codec_wire_ratio(const zc_codec_params_t *params)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
+    return ops && ops->wire_ratio ? ops->wire_ratio(params) : 1.0;
+}
+
+size_t zc_codec_state_bytes(const zc_codec_state_t *state)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(state->params.codec);
+    size_t bytes = sizeof(*state) + (state->residual ? (size_t)state->count * sizeof(float) : 0);
+    return bytes + (ops && ops->state_bytes ? ops->state_bytes(state) : 0);
 }
 
 /* The state a call with @p params needs: NULL if none, else it must match. */
@@ -269,7 +287,7 @@ static zc_status_t state_for(const zc_codec_params_t *params, zc_codec_state_t *
     }
     if (!state)
         return ZC_ERR_INVALID_ARG;
-    if (state->count != count || !params_equal(&state->params, params))
+    if (state->count != count || !zc_codec_params_equal(&state->params, params))
         return ZC_ERR_MISMATCH;
     *state_p = state;
     return ZC_OK;
@@ -293,7 +311,7 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
     const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
     if (!rng)
         rng = &rng_zero;
-    header_write(dst, params->codec, count);
+    zc_payload_header_write(dst, params->codec, count);
     if (!state || !state->residual) {
         ZC_CHECK(ops->encode(params, state, rng, dtype, src, count, body,
                              cap - ZC_PAYLOAD_HEADER_BYTES, &body_len));

@@ -2,23 +2,21 @@
  * The codec ops table and the payload header, internal to zipccl.
  *
  * codec.c owns the public entry points (include/zipccl/zipccl_codec.h): it
- * validates arguments, writes and parses the 16-byte header, and calls the
- * codec's ops on the body. A codec sees only its body and never the header.
+ * validates arguments, writes and parses the 16-byte header (payload.h), and
+ * calls the codec's ops on the body. A codec sees only its body and never the header.
  * Codecs are pure compute: no logging, no threads, no transport.
  */
 #ifndef ZC_CODEC_CODEC_H
 #define ZC_CODEC_CODEC_H
 
+#include "codec/payload.h"
 #include "common/compiler.h"
+#include "common/dtype.h"
 
 #include <zipccl/zipccl_codec.h>
 
 #include <stddef.h>
 #include <stdint.h>
-
-#define ZC_PAYLOAD_MAGIC0 'Z'
-#define ZC_PAYLOAD_MAGIC1 'C'
-#define ZC_PAYLOAD_VERSION 1
 
 /*
  * Per-tensor state. The generic layer (codec.c) owns the error-feedback
@@ -31,15 +29,76 @@ struct zc_codec_state {
     void *priv;      /* the codec's own, from ops->state_init */
 };
 
+struct zc_config;
+
+/*
+ * One field of a codec's parameters (its sub-struct of zc_codec_params_t).
+ * The list in the ops table is the one description of them: equality of two
+ * params, the hash the ranks compare before a call, and the smallest
+ * struct_size a caller must pass are all derived from it.
+ */
+typedef enum zc_codec_field_kind {
+    ZC_CODEC_FIELD_INT, /* uint32_t, int or an enum: compared as the integer */
+    ZC_CODEC_FIELD_F64, /* double: compared with == */
+} zc_codec_field_kind_t;
+
+typedef struct zc_codec_field {
+    size_t offset, size;
+    zc_codec_field_kind_t kind;
+    /*
+     * Part of the payload format: every rank must use the same value (the call
+     * header's hash covers it). Error feedback, for one, is not: it changes
+     * what a rank keeps, not what it sends.
+     */
+    int wire;
+} zc_codec_field_t;
+
+#define ZC_CODEC_FIELD(member, kind, wire)                                                         \
+    {                                                                                              \
+        offsetof(zc_codec_params_t, member), sizeof(((zc_codec_params_t *)0)->member),             \
+            ZC_CODEC_FIELD_##kind, wire                                                            \
+    }
+
 typedef struct zc_codec_ops {
     const char *name;
     zc_codec_id_t id;
-    unsigned caps; /* ZC_CODEC_CAP_* */
+    unsigned caps; /* ZC_CODEC_CAP_*; LINEAR exactly when reduce is set */
 
+    /* The codec's parameter fields. NULL/0: it has none. */
+    const zc_codec_field_t *fields;
+    unsigned nfields;
+    /* Writes the codec's defaults into its sub-struct of @p params. NULL: no fields. */
+    void (*params_default)(zc_codec_params_t *params);
+    /* Its sub-struct of @p params from its ZIPCCL_* variables (common/params.def). NULL: none. */
+    void (*params_from_config)(const struct zc_config *cfg, zc_codec_params_t *params);
+    /*
+     * The codec's share of the all-reduce's rank count, for codecs whose
+     * payloads depend on it (GradiVeQ's mean shares). NULL: they do not.
+     */
+    void (*params_set_ranks)(zc_codec_params_t *params, uint32_t nranks);
     /* Range checks of params; ZC_ERR_INVALID_CONFIG if a field is out of range. NULL: none. */
     zc_status_t (*check)(const zc_codec_params_t *params);
     /* Whether @p params turn error feedback on (top-k: always). NULL: never. */
     int (*error_feedback)(const zc_codec_params_t *params);
+    /*
+     * Values a split of a tensor into parts should keep together (a QSGD
+     * bucket, a GradiVeQ slice), so that no part pays for a partial one.
+     * NULL: no such unit.
+     */
+    size_t (*granule)(const zc_codec_params_t *params);
+    /*
+     * Payload bytes per f32 input byte expected for large counts, from the
+     * parameters alone: the cost model's ratio before anything is measured.
+     * NULL: 1 (no compression credited).
+     */
+    double (*wire_ratio)(const zc_codec_params_t *params);
+    /*
+     * Nominal encode, decode_add and reduce speeds in f32 input bytes per
+     * second (reduce: payload bytes), of the order codec_bench shows on one
+     * core of an AVX2 server: the cost model's inputs when nothing is
+     * measured. reduce 0: not linear.
+     */
+    double nominal_encode_bw, nominal_decode_bw, nominal_reduce_bw;
     /* Largest body for @p count values (params already checked). */
     size_t (*bound)(const zc_codec_params_t *params, uint64_t count);
     /*
@@ -66,37 +125,50 @@ typedef struct zc_codec_ops {
     /* Codec-owned state: set state->priv. NULL: the codec has none. */
     zc_status_t (*state_init)(zc_codec_state_t *state);
     void (*state_fini)(zc_codec_state_t *state);
+    /* Bytes state->priv holds, for the state store's accounting. NULL: none. */
+    size_t (*state_bytes)(const zc_codec_state_t *state);
     /* See zc_codec_state_update. NULL: nothing to learn. */
     zc_status_t (*state_update)(zc_codec_state_t *state, const float *sum, uint64_t count);
 } zc_codec_ops_t;
 
-/* The registry: every codec, indexed by zc_codec_id_t. */
+/* The registry: every codec, indexed by zc_codec_id_t (NULL for an unknown id). */
 const zc_codec_ops_t *zc_codec_ops(zc_codec_id_t codec);
 
-/* Element size of @p dtype in bytes, 0 if unknown. */
-size_t zc_dtype_size(zc_dtype_t dtype);
-
-/* Converts @p count values of @p dtype at @p src to f32 at @p dst. */
-void zc_dtype_to_f32(zc_dtype_t dtype, const void *src, size_t count, float *dst);
-
-struct zc_config;
 /*
- * @p codec's parameters from the ZIPCCL_* configuration (ZIPCCL_QSGD_*,
- * ZIPCCL_TOPK_*, ZIPCCL_GRADIVEQ_*); GradiVeQ's rank count stays 1 for the
- * caller to set. ZC_ERR_INVALID_CONFIG when the combination is invalid
- * (a GradiVeQ dim above its slice).
+ * The codec facts the layers above ask for, each answered by the codec's ops
+ * (params already checked where a codec reads its fields).
+ */
+
+/*
+ * Whether @p a and @p b describe the same encoding and state: same codec and
+ * equal codec fields (other codecs' fields and padding do not count).
+ */
+int zc_codec_params_equal(const zc_codec_params_t *a, const zc_codec_params_t *b);
+/*
+ * Copies a caller's checked @p params into @p copy_p without reading past its
+ * struct_size (a caller built against an older, shorter struct).
+ */
+void zc_codec_params_copy(const zc_codec_params_t *params, zc_codec_params_t *copy_p);
+/* FNV-1a 32 of the codec id and its wire fields: what every rank of a call must share. */
+uint32_t zc_codec_params_hash(const zc_codec_params_t *params);
+/* Whether @p params keep an error-feedback residual in the state. */
+int zc_codec_error_feedback(const zc_codec_params_t *params);
+/* Sets the rank count the payloads of @p params are summed over, where the codec uses it. */
+void zc_codec_params_set_ranks(zc_codec_params_t *params, uint32_t nranks);
+/* See zc_codec_ops_t.granule; 0 when the codec has no such unit. */
+size_t zc_codec_granule(const zc_codec_params_t *params);
+/* See zc_codec_ops_t.wire_ratio. */
+double zc_codec_wire_ratio(const zc_codec_params_t *params);
+/* Bytes @p state holds: the struct, the residual and the codec's own. */
+size_t zc_codec_state_bytes(const zc_codec_state_t *state);
+
+/*
+ * Every codec's parameters from the ZIPCCL_* configuration (each codec's
+ * params_from_config), with @p codec's id; the rank count stays 1 for the
+ * caller to set (zc_codec_params_set_ranks). ZC_ERR_INVALID_CONFIG when the
+ * combination is invalid for @p codec (a GradiVeQ dim above its slice).
  */
 zc_status_t zc_codec_params_from_config(const struct zc_config *cfg, zc_codec_id_t codec,
                                         zc_codec_params_t *params_p);
-
-/* Adds @p count values of @p dtype at @p src into the f32 @p dst. */
-void zc_dtype_add_f32(zc_dtype_t dtype, const void *src, size_t count, float *dst);
-
-extern const zc_codec_ops_t zc_codec_none_ops;
-extern const zc_codec_ops_t zc_codec_qsgd_ops;
-extern const zc_codec_ops_t zc_codec_fp16_ops;
-extern const zc_codec_ops_t zc_codec_bf16_ops;
-extern const zc_codec_ops_t zc_codec_topk_ops;
-extern const zc_codec_ops_t zc_codec_gradiveq_ops;
 
 #endif

@@ -27,6 +27,7 @@
 #ifndef ZC_COLLECTIVES_COLL_H
 #define ZC_COLLECTIVES_COLL_H
 
+#include "codec/codec.h"
 #include "collectives/policy.h"
 #include "collectives/state.h"
 #include "collectives/stats.h"
@@ -221,11 +222,8 @@ static inline void zc_coll_segment(size_t count, size_t parts, size_t i, size_t 
  */
 static inline size_t zc_coll_granule(const zc_codec_params_t *p)
 {
-    switch (p->codec) {
-    case ZC_CODEC_QSGD: return p->qsgd.bucket;
-    case ZC_CODEC_GRADIVEQ: return p->gradiveq.slice;
-    default: return 64;
-    }
+    size_t g = zc_codec_granule(p);
+    return g ? g : 64;
 }
 
 /*

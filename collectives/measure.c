@@ -152,8 +152,8 @@ static zc_status_t measure_codec(const zc_policy_t *pol, zc_codec_id_t codec, ui
     zc_status_t status = ZC_OK;
 
     /* two GradiVeQ payloads must be summable: at least two rank shares of the mean */
-    if (codec == ZC_CODEC_GRADIVEQ && params.gradiveq.ranks < 2)
-        params.gradiveq.ranks = 2;
+    if (pol->nranks < 2)
+        zc_codec_params_set_ranks(&params, 2);
     if (zc_codec_needs_state(&params)) {
         ZC_CHECK_GOTO(zc_codec_state_create(&params, n, &state), status, err);
         /* GradiVeQ encodes raw until it has a basis: learn one so that encode does its work */

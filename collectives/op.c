@@ -30,7 +30,7 @@ typedef struct call_header {
     uint32_t op;
     uint32_t algo;
     uint32_t codec;
-    uint32_t params_hash; /* FNV-1a of the codec params */
+    uint32_t params_hash; /* zc_codec_params_hash: the codec params on the wire */
 } call_header_t;
 
 #define HEADER_MAGIC 0x5a43414cu /* "ZCAL" */
@@ -44,42 +44,6 @@ static const zc_algo_t *const algos[ZC_ALGO_COUNT] = {
     [ZC_ALGO_ALLGATHER] = &zc_algo_allgather,
     [ZC_ALGO_SCATTER] = &zc_algo_scatter,
 };
-
-static uint32_t fnv1a(uint32_t h, const void *data, size_t len)
-{
-    const uint8_t *p = data;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ p[i]) * 16777619u;
-    return h;
-}
-
-/* The fields of the params that matter for @p codec (padding and other codecs' fields left out). */
-static uint32_t params_hash(const zc_codec_params_t *p)
-{
-    uint32_t h = fnv1a(2166136261u, &p->codec, sizeof(p->codec));
-    switch (p->codec) {
-    case ZC_CODEC_QSGD:
-        h = fnv1a(h, &p->qsgd.levels, sizeof(p->qsgd.levels));
-        h = fnv1a(h, &p->qsgd.bucket, sizeof(p->qsgd.bucket));
-        h = fnv1a(h, &p->qsgd.scale, sizeof(p->qsgd.scale));
-        h = fnv1a(h, &p->qsgd.coding, sizeof(p->qsgd.coding));
-        break;
-    case ZC_CODEC_TOPK:
-        h = fnv1a(h, &p->topk.density, sizeof(p->topk.density));
-        h = fnv1a(h, &p->topk.values, sizeof(p->topk.values));
-        break;
-    case ZC_CODEC_GRADIVEQ:
-        h = fnv1a(h, &p->gradiveq.slice, sizeof(p->gradiveq.slice));
-        h = fnv1a(h, &p->gradiveq.dim, sizeof(p->gradiveq.dim));
-        h = fnv1a(h, &p->gradiveq.energy, sizeof(p->gradiveq.energy));
-        h = fnv1a(h, &p->gradiveq.ranks, sizeof(p->gradiveq.ranks));
-        h = fnv1a(h, &p->gradiveq.samples, sizeof(p->gradiveq.samples));
-        h = fnv1a(h, &p->gradiveq.refresh, sizeof(p->gradiveq.refresh));
-        break;
-    default: break;
-    }
-    return h;
-}
 
 static uint64_t default_key(const void *sendbuf, size_t count)
 {
@@ -160,7 +124,7 @@ static zc_status_t header_start(zc_coll_op_t *op)
         .op = (uint32_t)op->op,
         .algo = (uint32_t)op->path.algo,
         .codec = (uint32_t)op->path.params.codec,
-        .params_hash = params_hash(&op->path.params),
+        .params_hash = zc_codec_params_hash(&op->path.params),
     };
 
     op->hdr_buf = calloc(peers + 1, sizeof(call_header_t));

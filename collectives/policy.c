@@ -11,7 +11,6 @@
  */
 #include "collectives/policy.h"
 #include "codec/codec.h"
-#include "common/bitio.h"
 #include "common/compiler.h"
 #include "common/log.h"
 
@@ -24,20 +23,12 @@
 /*
  * Nominal inputs, used when nothing is auto (so nothing is measured): only
  * zc_policy_cost reads them then (logs, allreduce_perf). A 10 Gb/s link with
- * 20 us steps, and codec speeds of the order codec_bench shows on one core of
- * an AVX2 server; the ratios come from the parameters (ratio_from_params).
+ * 20 us steps; the codecs' nominal speeds and their ratios from the
+ * parameters are theirs (zc_codec_ops_t: nominal_*_bw, wire_ratio).
  */
 #define NOMINAL_LINK_BW 1.25e9
 #define NOMINAL_LINK_LAT 20e-6
 #define NOMINAL_ADD_BW 10e9
-
-static const struct {
-    double enc, dec, reduce;
-} nominal_codec[ZC_CODEC_COUNT] = {
-    [ZC_CODEC_NONE] = {10e9, 10e9, 10e9}, [ZC_CODEC_QSGD] = {2e9, 10e9, 0},
-    [ZC_CODEC_FP16] = {10e9, 10e9, 10e9}, [ZC_CODEC_BF16] = {10e9, 10e9, 10e9},
-    [ZC_CODEC_TOPK] = {1e9, 20e9, 0},     [ZC_CODEC_GRADIVEQ] = {2e9, 2e9, 10e9},
-};
 
 /*
  * Where raw is a candidate, a compressed path must model this much faster to
@@ -124,46 +115,6 @@ static double path_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t
 double zc_policy_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec, size_t bytes)
 {
     return path_cost(pol, algo, codec, (double)bytes / 4.0, 4.0);
-}
-
-/*
- * Payload bytes per f32 input byte from the parameters alone, for large
- * counts (headers amortised). Exact for none, fp16, bf16 and fixed-coding
- * QSGD; QSGD's Elias and auto coding are data-dependent and get the fixed
- * size (auto is never larger); top-k is its expected size on unstructured
- * input; GradiVeQ's d/K needs d, which with ZIPCCL_GRADIVEQ_DIM=auto is
- * learned from the gradients themselves: it is credited with no compression.
- */
-static double ratio_from_params(const zc_codec_params_t *p)
-{
-    switch (p->codec) {
-    case ZC_CODEC_FP16:
-    case ZC_CODEC_BF16: return 0.5;
-    case ZC_CODEC_QSGD: {
-        /* per bucket of d values: a 4-byte scale word and d codes of 1 + bitlen(s) bits */
-        const double d = p->qsgd.bucket, b = 1 + zc_bitlen32(p->qsgd.levels);
-        return (4.0 + ceil(d * b / 8.0)) / (4.0 * d);
-    }
-    case ZC_CODEC_TOPK: {
-        /*
-         * Each kept value costs its value bits plus its Rice-coded gap, which
-         * comes within a few hundredths of a bit of the entropy of the
-         * geometric gaps, H(rho) / rho bits (docs/codecs.md, top-k), and never
-         * takes under one bit.
-         */
-        const double rho = p->topk.density;
-        const double vbits = p->topk.values == ZC_TOPK_VALUES_F16 ? 16.0 : 32.0;
-        double gbits = 1.0;
-        if (rho < 1.0) {
-            double h = -rho * log2(rho) - (1.0 - rho) * log2(1.0 - rho);
-            gbits = ZC_MAX(1.0, h / rho);
-        }
-        return rho * (vbits + gbits) / 32.0;
-    }
-    case ZC_CODEC_GRADIVEQ:
-        return p->gradiveq.dim ? (double)p->gradiveq.dim / p->gradiveq.slice : 1.0;
-    default: return 1.0;
-    }
 }
 
 /* ---------------------------------------------------------------- choose */
@@ -274,11 +225,12 @@ static void nominal_inputs(zc_policy_t *pol)
     in->link_lat = NOMINAL_LINK_LAT;
     in->add_bw = NOMINAL_ADD_BW;
     for (int c = 0; c < ZC_CODEC_COUNT; c++) {
-        in->enc_bw[c] = nominal_codec[c].enc;
-        in->dec_bw[c] = nominal_codec[c].dec;
+        const zc_codec_ops_t *ops = zc_codec_ops((zc_codec_id_t)c);
+        in->enc_bw[c] = ops->nominal_encode_bw;
+        in->dec_bw[c] = ops->nominal_decode_bw;
         /* not linear: never used (cring is unsupported); finite keeps the arithmetic tidy */
-        in->reduce_bw[c] = nominal_codec[c].reduce > 0 ? nominal_codec[c].reduce : NOMINAL_ADD_BW;
-        in->ratio[c] = ratio_from_params(&pol->params[c]);
+        in->reduce_bw[c] = ops->nominal_reduce_bw > 0 ? ops->nominal_reduce_bw : NOMINAL_ADD_BW;
+        in->ratio[c] = zc_codec_wire_ratio(&pol->params[c]);
     }
 }
 
@@ -328,7 +280,8 @@ zc_status_t zc_policy_configure(zc_policy_t *pol, const zc_config_t *cfg, int nr
             return status;
         }
     }
-    p.params[ZC_CODEC_GRADIVEQ].gradiveq.ranks = (uint32_t)p.nranks;
+    for (int c = 0; c < ZC_CODEC_COUNT; c++)
+        zc_codec_params_set_ranks(&p.params[c], (uint32_t)p.nranks);
     nominal_inputs(&p);
     *pol = p;
     return ZC_OK;

@@ -19,16 +19,16 @@
  * unsigned type of the same width and converted back (GCC defines that
  * conversion as modular).
  *
- * f16/bf16 sums go through the fp16 codec's kernels (scalar, AVX2+F16C or
+ * f16/bf16 sums go through the common layer's half kernels (scalar, AVX2+F16C or
  * AVX-512 by zc_cpu_level(), identical results): widen, add in f32, round
  * once to nearest even, which is the exact sum correctly rounded
- * (codec/fp16/fp16.c). Products are exact in f32 too (11 + 11 bits), so their
+ * (common/half_kernels.h). Products are exact in f32 too (11 + 11 bits), so their
  * single rounding is also correct. min/max compare in f32 and return an
  * operand's bits unchanged.
  */
 #include "collectives/reduce.h"
 
-#include "codec/fp16/half_kernels.h"
+#include "common/half_kernels.h"
 #include "common/half.h"
 
 #include <math.h>

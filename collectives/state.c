@@ -29,40 +29,6 @@ static size_t bucket_of(uint64_t key)
     return (size_t)(key & (BUCKETS - 1));
 }
 
-/* What one codec state holds: its residual and, for GradiVeQ, basis and sampling buffers. */
-static size_t codec_state_bytes(const zc_codec_state_t *cs, size_t count)
-{
-    size_t bytes = sizeof(*cs) + (cs->residual ? count * sizeof(float) : 0);
-    if (cs->params.codec == ZC_CODEC_GRADIVEQ) {
-        size_t k = cs->params.gradiveq.slice;
-        /* covariance (double), eigenvectors, basis and lifted basis */
-        bytes += k * k * (2 * sizeof(double) + 2 * sizeof(float));
-    }
-    return bytes;
-}
-
-/* Field by field: the structs may differ in padding, and fields of other codecs do not matter. */
-static int params_equal(const zc_codec_params_t *a, const zc_codec_params_t *b)
-{
-    if (a->codec != b->codec)
-        return 0;
-    switch (a->codec) {
-    case ZC_CODEC_QSGD:
-        return a->qsgd.levels == b->qsgd.levels && a->qsgd.bucket == b->qsgd.bucket &&
-               a->qsgd.scale == b->qsgd.scale && a->qsgd.coding == b->qsgd.coding &&
-               a->qsgd.error_feedback == b->qsgd.error_feedback;
-    case ZC_CODEC_TOPK:
-        return a->topk.density == b->topk.density && a->topk.values == b->topk.values;
-    case ZC_CODEC_GRADIVEQ:
-        return a->gradiveq.slice == b->gradiveq.slice && a->gradiveq.dim == b->gradiveq.dim &&
-               a->gradiveq.energy == b->gradiveq.energy && a->gradiveq.ranks == b->gradiveq.ranks &&
-               a->gradiveq.samples == b->gradiveq.samples &&
-               a->gradiveq.refresh == b->gradiveq.refresh &&
-               a->gradiveq.error_feedback == b->gradiveq.error_feedback;
-    default: return 1;
-    }
-}
-
 zc_status_t zc_state_store_create(size_t max_bytes, zc_state_store_t **store_p)
 {
     zc_state_store_t *store = calloc(1, sizeof(*store));
@@ -138,7 +104,8 @@ zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc
 
     while (ts && ts->key != key)
         ts = ts->hash_next;
-    if (ts && (ts->count != count || ts->dtype != dtype || !params_equal(&ts->params, params))) {
+    if (ts &&
+        (ts->count != count || ts->dtype != dtype || !zc_codec_params_equal(&ts->params, params))) {
         ZC_DEBUG("state: tensor %016" PRIx64 " changed (count %zu -> %zu): state reset", key,
                  ts->count, count);
         tensor_drop(store, ts);
@@ -205,8 +172,8 @@ zc_status_t zc_state_slot(zc_state_store_t *store, zc_tensor_state_t *ts, size_t
         ts->nslots = n;
     }
     zc_codec_state_t *cs = ts->slots[slot];
-    if (cs && (ts->slot_counts[slot] != count || !params_equal(&cs->params, params))) {
-        size_t old = codec_state_bytes(cs, ts->slot_counts[slot]);
+    if (cs && (ts->slot_counts[slot] != count || !zc_codec_params_equal(&cs->params, params))) {
+        size_t old = zc_codec_state_bytes(cs);
         ts->bytes -= old;
         store->bytes -= old;
         zc_codec_state_destroy(cs);
@@ -214,7 +181,7 @@ zc_status_t zc_state_slot(zc_state_store_t *store, zc_tensor_state_t *ts, size_t
     }
     if (!cs) {
         ZC_CHECK(zc_codec_state_create(params, count, &cs));
-        size_t bytes = codec_state_bytes(cs, count);
+        size_t bytes = zc_codec_state_bytes(cs);
         make_room(store, ts, bytes);
         ts->slots[slot] = cs;
         ts->slot_counts[slot] = count;

@@ -1,11 +1,18 @@
 /*
  * Names and sizes of the public element types and reduction ops
  * (include/zipccl/zipccl.h): plain tables, in the common layer so that every
- * frontend has them, the preload library included, which links no more.
+ * frontend has them, the preload library included, which links no more. And
+ * the widening of the floating types to f32 (dtype.h), which codecs and
+ * collectives share.
  */
+#include "common/dtype.h"
+
 #include "common/compiler.h"
+#include "common/half.h"
 
 #include <zipccl/zipccl.h>
+
+#include <string.h>
 
 static const struct {
     const char *name;
@@ -35,4 +42,56 @@ ZC_EXPORT size_t zc_dtype_bytes(zc_dtype_t dtype)
 ZC_EXPORT const char *zc_redop_name(zc_redop_t op)
 {
     return (unsigned)op < ZC_OP_COUNT ? redops[op] : NULL;
+}
+
+size_t zc_dtype_size(zc_dtype_t dtype)
+{
+    switch (dtype) {
+    case ZC_DTYPE_F32: return 4;
+    case ZC_DTYPE_F16:
+    case ZC_DTYPE_BF16: return 2;
+    default: return 0; /* not a codec input type */
+    }
+}
+
+void zc_dtype_to_f32(zc_dtype_t dtype, const void *src, size_t count, float *dst)
+{
+    const uint16_t *h = src;
+
+    if (count == 0)
+        return; /* src may be NULL then, and memcpy must not see a NULL pointer (C11 7.24.1) */
+    switch (dtype) {
+    case ZC_DTYPE_F32: memcpy(dst, src, count * sizeof(float)); break;
+    case ZC_DTYPE_F16:
+        for (size_t i = 0; i < count; i++)
+            dst[i] = zc_f16_to_f32(h[i]);
+        break;
+    case ZC_DTYPE_BF16:
+        for (size_t i = 0; i < count; i++)
+            dst[i] = zc_bf16_to_f32(h[i]);
+        break;
+    default: break; /* callers pass codec input types only */
+    }
+}
+
+void zc_dtype_add_f32(zc_dtype_t dtype, const void *src, size_t count, float *dst)
+{
+    const uint16_t *h = src;
+    const float *f = src;
+
+    switch (dtype) {
+    case ZC_DTYPE_F32:
+        for (size_t i = 0; i < count; i++)
+            dst[i] += f[i];
+        break;
+    case ZC_DTYPE_F16:
+        for (size_t i = 0; i < count; i++)
+            dst[i] += zc_f16_to_f32(h[i]);
+        break;
+    case ZC_DTYPE_BF16:
+        for (size_t i = 0; i < count; i++)
+            dst[i] += zc_bf16_to_f32(h[i]);
+        break;
+    default: break; /* callers pass codec input types only */
+    }
 }

@@ -18,26 +18,20 @@ zc_status_t zc_cuda_status(cudaError_t err, const char *what)
 namespace
 {
 
-/* Field by field, as codec.c compares a state's params with a call's. */
-bool params_equal(const zc_codec_params_t *a, const zc_codec_params_t *b)
+/*
+ * Codecs with device kernels. A codec added on the host only is refused
+ * (ZC_ERR_UNSUPPORTED) instead of reaching the half kernels, the dispatch's
+ * default below.
+ */
+bool has_kernels(zc_codec_id_t codec)
 {
-    return a->codec == b->codec && a->qsgd.levels == b->qsgd.levels &&
-           a->qsgd.bucket == b->qsgd.bucket && a->qsgd.scale == b->qsgd.scale &&
-           a->qsgd.coding == b->qsgd.coding && a->qsgd.error_feedback == b->qsgd.error_feedback &&
-           a->topk.density == b->topk.density && a->topk.values == b->topk.values &&
-           a->gradiveq.slice == b->gradiveq.slice && a->gradiveq.dim == b->gradiveq.dim &&
-           a->gradiveq.energy == b->gradiveq.energy && a->gradiveq.ranks == b->gradiveq.ranks &&
-           a->gradiveq.samples == b->gradiveq.samples &&
-           a->gradiveq.refresh == b->gradiveq.refresh &&
-           a->gradiveq.error_feedback == b->gradiveq.error_feedback;
-}
-
-bool uses_error_feedback(const zc_codec_params_t *p)
-{
-    switch (p->codec) {
-    case ZC_CODEC_QSGD: return p->qsgd.error_feedback != 0;
-    case ZC_CODEC_TOPK: return true;
-    case ZC_CODEC_GRADIVEQ: return p->gradiveq.error_feedback != 0;
+    switch (codec) {
+    case ZC_CODEC_NONE:
+    case ZC_CODEC_QSGD:
+    case ZC_CODEC_FP16:
+    case ZC_CODEC_BF16:
+    case ZC_CODEC_TOPK:
+    case ZC_CODEC_GRADIVEQ: return true;
     default: return false;
     }
 }
@@ -68,6 +62,8 @@ ZC_EXPORT zc_status_t zc_cuda_codec_supported(const zc_codec_params_t *params)
     if (!params)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_codec_params_check(params));
+    if (!has_kernels(params->codec))
+        return ZC_ERR_UNSUPPORTED;
     if (params->codec == ZC_CODEC_QSGD && params->qsgd.coding != ZC_QSGD_CODING_FIXED)
         return ZC_ERR_UNSUPPORTED; /* docs/cuda.md: why Elias stays on the host */
     return ZC_OK;
@@ -106,9 +102,9 @@ ZC_EXPORT zc_status_t zc_cuda_state_create(const zc_codec_params_t *params, uint
     zc_cuda_state_t *s = (zc_cuda_state_t *)calloc(1, sizeof(*s));
     if (!s)
         return ZC_ERR_NO_MEMORY;
-    s->params = *params;
+    zc_codec_params_copy(params, &s->params);
     s->count = count;
-    if (uses_error_feedback(params)) {
+    if (zc_codec_error_feedback(params)) {
         const size_t bytes = (count ? (size_t)count : 1) * sizeof(float);
         cudaError_t err = cudaMalloc(&s->residual, bytes);
         if (err == cudaSuccess)
@@ -140,7 +136,8 @@ ZC_EXPORT zc_status_t zc_cuda_state_load_basis(zc_cuda_state_t *state, const zc_
         return ZC_ERR_INVALID_ARG;
     if (state->params.codec != ZC_CODEC_GRADIVEQ)
         return ZC_OK;
-    if (host->count != state->count || !params_equal(&host->params, &state->params) || !host->priv)
+    if (host->count != state->count || !zc_codec_params_equal(&host->params, &state->params) ||
+        !host->priv)
         return ZC_ERR_MISMATCH;
     return zc_cuda_gradiveq_load(state, host, stream);
 }
@@ -177,7 +174,7 @@ ZC_EXPORT zc_status_t zc_cuda_codec_encode(const zc_codec_params_t *params, zc_c
     if (zc_codec_needs_state(params)) {
         if (!state)
             return ZC_ERR_INVALID_ARG;
-        if (state->count != count || !params_equal(&state->params, params))
+        if (state->count != count || !zc_codec_params_equal(&state->params, params))
             return ZC_ERR_MISMATCH;
     } else {
         state = NULL;
@@ -233,6 +230,8 @@ ZC_EXPORT zc_status_t zc_cuda_codec_decode_add(const zc_codec_params_t *params,
     if (!params || !dsrc || !dstatus || (count > 0 && !ddst) || count > kMaxCount)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_codec_params_check(params));
+    if (!has_kernels(params->codec))
+        return ZC_ERR_UNSUPPORTED;
     if (params->codec == ZC_CODEC_GRADIVEQ &&
         (!state || state->params.codec != ZC_CODEC_GRADIVEQ || state->count != count))
         return state ? ZC_ERR_MISMATCH : ZC_ERR_INVALID_ARG;
@@ -266,7 +265,7 @@ ZC_EXPORT zc_status_t zc_cuda_codec_reduce(const zc_codec_params_t *params, zc_c
     if (!params || !da || !db || !ddst || !dlen || !dstatus || count > kMaxCount)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_codec_params_check(params));
-    if (!zc_codec_ops(params->codec)->reduce)
+    if (!has_kernels(params->codec) || !zc_codec_ops(params->codec)->reduce)
         return ZC_ERR_UNSUPPORTED;
     if (params->codec == ZC_CODEC_GRADIVEQ &&
         (!state || state->params.codec != ZC_CODEC_GRADIVEQ || state->count != count))

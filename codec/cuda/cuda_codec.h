@@ -2,8 +2,16 @@
  * The codecs on the GPU: the same payloads as the host codecs
  * (include/zipccl/zipccl_codec.h, docs/codecs.md), produced and consumed in
  * device memory, stream-ordered. Built into libzipccl-cuda.so only when nvcc is
- * found; the core library loads it with dlopen (zc_cuda_codec_get_api), so it
- * never depends on libcudart itself. docs/cuda.md describes the kernels.
+ * found (meson.build: have_cuda; the summary's "cuda" line says why not).
+ * docs/cuda.md describes the kernels.
+ *
+ * Who calls it: today nothing in the product does. Its users are
+ * tests/gpu/test_cuda_codecs.c (against the host codecs) and codec_bench
+ * --device cuda. The preload library's ncclAllReduce path on device buffers is
+ * where it is meant to be wired in (encode and decode on the user's stream
+ * instead of staging through host memory); that frontend is to load it with
+ * dlopen and take its functions from zc_cuda_codec_get_api, so that neither
+ * libzipccl.so nor the preload library ever depends on libcudart.
  *
  * Rules every entry point follows:
  * - Every buffer argument named d* is device memory (cudaMalloc; no managed

@@ -250,16 +250,11 @@ __device__ __forceinline__ bool zc_dev_failed(const int32_t *status)
     return status && *(const volatile int32_t *)status != 0;
 }
 
-/* The 16-byte payload header (docs/codecs.md). */
+/* The 16-byte payload header: codec/payload.h's, the host's own definition. */
 __device__ __forceinline__ void zc_dev_header_write(uint8_t *dst, zc_codec_id_t codec,
                                                     uint64_t count)
 {
-    dst[0] = 'Z';
-    dst[1] = 'C';
-    dst[2] = 1;
-    dst[3] = (uint8_t)codec;
-    zc_dev_st32(dst + 4, 0);
-    zc_dev_st64(dst + 8, count);
+    zc_payload_header_write(dst, codec, count);
 }
 
 /*
@@ -269,10 +264,11 @@ __device__ __forceinline__ void zc_dev_header_write(uint8_t *dst, zc_codec_id_t 
 __device__ __forceinline__ zc_status_t zc_dev_header_check(const uint8_t *src, size_t len,
                                                            zc_codec_id_t codec, uint64_t count)
 {
-    if (len < ZC_PAYLOAD_HEADER_BYTES || src[0] != 'Z' || src[1] != 'C' ||
-        zc_dev_ld32(src + 4) != 0 || src[3] >= ZC_CODEC_COUNT)
-        return ZC_ERR_CORRUPT;
-    if (src[2] != 1 || zc_dev_ld64(src + 8) != count || src[3] != (uint8_t)codec)
+    zc_payload_info_t info;
+    zc_status_t st = zc_payload_header_parse(src, len, &info);
+    if (st != ZC_OK)
+        return st;
+    if (info.count != count || info.codec != codec)
         return ZC_ERR_MISMATCH;
     return ZC_OK;
 }

@@ -32,7 +32,7 @@
 #include "codec/cuda/device.cuh"
 
 extern "C" {
-#include "codec/topk/topk.h"
+#include "codec/topk/topk_int.h"
 }
 
 #include <cub/block/block_reduce.cuh>

@@ -15,6 +15,7 @@
 #include "codec/gradiveq/gradiveq.h"
 #include "common/bitio.h"
 #include "common/compiler.h"
+#include "common/config.h"
 
 #include <cblas.h>
 
@@ -325,17 +326,86 @@ static void gradiveq_state_fini(zc_codec_state_t *state)
     state->priv = NULL;
 }
 
+/* K = 64, d from 99% of the variance, 1 rank, 1024 samples, learned once. */
+static void gradiveq_params_default(zc_codec_params_t *p)
+{
+    p->gradiveq.slice = 64;
+    p->gradiveq.dim = 0;
+    p->gradiveq.energy = 0.99;
+    p->gradiveq.ranks = 1;
+    p->gradiveq.samples = 1024;
+    p->gradiveq.refresh = 0;
+    p->gradiveq.error_feedback = 0;
+}
+
+/* The rank count is the caller's (gradiveq_set_ranks): no variable sets it. */
+static void gradiveq_params_from_config(const zc_config_t *cfg, zc_codec_params_t *p)
+{
+    p->gradiveq.slice = (uint32_t)cfg->gradiveq_slice;
+    p->gradiveq.dim = cfg->gradiveq_dim == ZC_CONFIG_AUTO ? 0 : (uint32_t)cfg->gradiveq_dim;
+    p->gradiveq.energy = (double)cfg->gradiveq_energy / ZC_CONFIG_DECIMAL_ONE;
+    p->gradiveq.samples = (uint32_t)cfg->gradiveq_samples;
+    p->gradiveq.refresh = (uint32_t)cfg->gradiveq_refresh;
+    p->gradiveq.error_feedback = (int)cfg->gradiveq_ef;
+}
+
+/* Every payload carries 1/N of the mean: N is the number of payloads summed. */
+static void gradiveq_params_set_ranks(zc_codec_params_t *p, uint32_t nranks)
+{
+    p->gradiveq.ranks = nranks;
+}
+
+static const zc_codec_field_t gradiveq_fields[] = {
+    ZC_CODEC_FIELD(gradiveq.slice, INT, 1),          ZC_CODEC_FIELD(gradiveq.dim, INT, 1),
+    ZC_CODEC_FIELD(gradiveq.energy, F64, 1),         ZC_CODEC_FIELD(gradiveq.ranks, INT, 1),
+    ZC_CODEC_FIELD(gradiveq.samples, INT, 1),        ZC_CODEC_FIELD(gradiveq.refresh, INT, 1),
+    ZC_CODEC_FIELD(gradiveq.error_feedback, INT, 0),
+};
+
+/* A slice split between two payloads goes raw in both. */
+static size_t gradiveq_granule(const zc_codec_params_t *p)
+{
+    return p->gradiveq.slice;
+}
+
+/*
+ * d / K needs d, which with dim 0 (ZIPCCL_GRADIVEQ_DIM=auto) is learned from
+ * the gradients themselves: no compression is credited then.
+ */
+static double gradiveq_wire_ratio(const zc_codec_params_t *p)
+{
+    return p->gradiveq.dim ? (double)p->gradiveq.dim / p->gradiveq.slice : 1.0;
+}
+
+/* Covariance (double), eigenvectors (double), basis and lifted basis (float): K x K each. */
+static size_t gradiveq_state_bytes(const zc_codec_state_t *state)
+{
+    size_t k = state->params.gradiveq.slice;
+    return k * k * (2 * sizeof(double) + 2 * sizeof(float));
+}
+
 const zc_codec_ops_t zc_codec_gradiveq_ops = {
     .name = "gradiveq",
     .id = ZC_CODEC_GRADIVEQ,
     .caps = ZC_CODEC_CAP_LINEAR,
+    .fields = gradiveq_fields,
+    .nfields = ZC_ARRAY_SIZE(gradiveq_fields),
+    .params_default = gradiveq_params_default,
+    .params_from_config = gradiveq_params_from_config,
+    .params_set_ranks = gradiveq_params_set_ranks,
     .check = gradiveq_check,
     .error_feedback = gradiveq_error_feedback,
+    .granule = gradiveq_granule,
+    .wire_ratio = gradiveq_wire_ratio,
+    .nominal_encode_bw = 2e9,
+    .nominal_decode_bw = 2e9,
+    .nominal_reduce_bw = 10e9,
     .bound = gradiveq_bound,
     .encode = gradiveq_encode,
     .decode_add = gradiveq_decode_add,
     .reduce = gradiveq_reduce,
     .state_init = gradiveq_state_init,
     .state_fini = gradiveq_state_fini,
+    .state_bytes = gradiveq_state_bytes,
     .state_update = zc_gradiveq_learn,
 };

@@ -99,6 +99,9 @@ const zc_codec_ops_t zc_codec_none_ops = {
     .id = ZC_CODEC_NONE,
     .caps = ZC_CODEC_CAP_STATELESS | ZC_CODEC_CAP_LINEAR | ZC_CODEC_CAP_UNBIASED |
             ZC_CODEC_CAP_LOSSLESS,
+    .nominal_encode_bw = 10e9,
+    .nominal_decode_bw = 10e9,
+    .nominal_reduce_bw = 10e9,
     .bound = none_bound,
     .encode = none_encode,
     .decode_add = none_decode_add,

@@ -16,7 +16,9 @@
  */
 #include "codec/codec.h"
 #include "codec/qsgd/qsgd.h"
+#include "common/bitio.h"
 #include "common/compiler.h"
+#include "common/config.h"
 #include "common/half.h"
 
 #include <float.h>
@@ -483,13 +485,71 @@ static int qsgd_error_feedback(const zc_codec_params_t *p)
     return p->qsgd.error_feedback;
 }
 
+/* The paper's experiments' 4 bits (s = 7) in buckets of 512, max scale. */
+static void qsgd_params_default(zc_codec_params_t *p)
+{
+    p->qsgd.levels = zc_qsgd_levels_for_bits(4);
+    p->qsgd.bucket = 512;
+    p->qsgd.scale = ZC_QSGD_SCALE_MAX;
+    p->qsgd.coding = ZC_QSGD_CODING_FIXED;
+    p->qsgd.error_feedback = 0;
+}
+
+static void qsgd_params_from_config(const zc_config_t *cfg, zc_codec_params_t *p)
+{
+    _Static_assert((int)ZC_CFG_QSGD_SCALE_MAX == (int)ZC_QSGD_SCALE_MAX &&
+                       (int)ZC_CFG_QSGD_SCALE_L2 == (int)ZC_QSGD_SCALE_L2 &&
+                       (int)ZC_CFG_QSGD_CODING_FIXED == (int)ZC_QSGD_CODING_FIXED &&
+                       (int)ZC_CFG_QSGD_CODING_ELIAS == (int)ZC_QSGD_CODING_ELIAS &&
+                       (int)ZC_CFG_QSGD_CODING_AUTO == (int)ZC_QSGD_CODING_AUTO,
+                   "the QSGD choices of common/choices.h are zipccl_codec.h's enums");
+    p->qsgd.levels = cfg->qsgd_levels == ZC_CONFIG_AUTO
+                         ? zc_qsgd_levels_for_bits((unsigned)cfg->qsgd_bits)
+                         : (uint32_t)cfg->qsgd_levels;
+    p->qsgd.bucket = (uint32_t)cfg->qsgd_bucket;
+    p->qsgd.scale = (zc_qsgd_scale_t)cfg->qsgd_scale;
+    p->qsgd.coding = (zc_qsgd_coding_t)cfg->qsgd_coding;
+    p->qsgd.error_feedback = (int)cfg->qsgd_ef;
+}
+
+static const zc_codec_field_t qsgd_fields[] = {
+    ZC_CODEC_FIELD(qsgd.levels, INT, 1),         ZC_CODEC_FIELD(qsgd.bucket, INT, 1),
+    ZC_CODEC_FIELD(qsgd.scale, INT, 1),          ZC_CODEC_FIELD(qsgd.coding, INT, 1),
+    ZC_CODEC_FIELD(qsgd.error_feedback, INT, 0),
+};
+
+/* A bucket split between two payloads costs a scale word in each. */
+static size_t qsgd_granule(const zc_codec_params_t *p)
+{
+    return p->qsgd.bucket;
+}
+
+/*
+ * Exact for fixed coding; Elias and auto coding are data-dependent and get
+ * the fixed size (auto is never larger). Per bucket of d values: a 4-byte
+ * scale word and d codes of 1 + bitlen(s) bits.
+ */
+static double qsgd_wire_ratio(const zc_codec_params_t *p)
+{
+    const double d = p->qsgd.bucket, b = 1 + zc_bitlen32(p->qsgd.levels);
+    return (4.0 + ceil(d * b / 8.0)) / (4.0 * d);
+}
+
 /* Stateless and unbiased as such; with error feedback it needs a state and is biased. */
 const zc_codec_ops_t zc_codec_qsgd_ops = {
     .name = "qsgd",
     .id = ZC_CODEC_QSGD,
     .caps = ZC_CODEC_CAP_STATELESS | ZC_CODEC_CAP_UNBIASED,
+    .fields = qsgd_fields,
+    .nfields = ZC_ARRAY_SIZE(qsgd_fields),
+    .params_default = qsgd_params_default,
+    .params_from_config = qsgd_params_from_config,
     .check = qsgd_check,
     .error_feedback = qsgd_error_feedback,
+    .granule = qsgd_granule,
+    .wire_ratio = qsgd_wire_ratio,
+    .nominal_encode_bw = 2e9,
+    .nominal_decode_bw = 10e9,
     .bound = qsgd_bound,
     .encode = qsgd_encode,
     .decode_add = qsgd_decode_add,

@@ -9,7 +9,7 @@
  *   log2(m ln 2) (Gallager & van Voorhis 1975), which at 1% density is within
  *   0.1 bit of the entropy of the positions (reference/algorithms.md E.3).
  */
-#include "codec/topk/topk.h"
+#include "codec/topk/topk_int.h"
 
 #define LN2_Q16 45426u /* ln 2 * 2^16 */
 

@@ -1,5 +1,5 @@
 /* Top-k scalar kernels: the reference every SIMD variant is tested against. */
-#include "codec/topk/topk.h"
+#include "codec/topk/topk_int.h"
 #include "common/cpu.h"
 
 /*

@@ -2,7 +2,7 @@
  * Top-k kernels for AVX-512 (F, BW, DQ, VL). Each produces exactly the output
  * of its scalar twin in kernels.c; tests/unit/codec/test_topk.c compares them.
  */
-#include "codec/topk/topk.h"
+#include "codec/topk/topk_int.h"
 
 #include <immintrin.h>
 

@@ -7,7 +7,7 @@
  * that count misses k by more than the tolerance, the exact k largest are
  * selected instead by a radix select over all keys.
  */
-#include "codec/topk/topk.h"
+#include "codec/topk/topk_int.h"
 
 #include <math.h>
 #include <stdlib.h>

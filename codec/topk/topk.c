@@ -17,8 +17,9 @@
  *   | positions: c gaps, LEB128 varint or Golomb-Rice, to the end of the body
  */
 #include "codec/codec.h"
-#include "codec/topk/topk.h"
+#include "codec/topk/topk_int.h"
 #include "common/compiler.h"
+#include "common/config.h"
 #include "common/half.h"
 
 #include <math.h>
@@ -215,12 +216,57 @@ static zc_status_t topk_decode_add(zc_codec_state_t *state, const uint8_t *body,
 }
 
 /* Needs its residual (state) and is biased: what it drops comes later. */
+static void topk_params_default(zc_codec_params_t *p)
+{
+    p->topk.density = 0.01;
+    p->topk.values = ZC_TOPK_VALUES_F32;
+}
+
+static void topk_params_from_config(const zc_config_t *cfg, zc_codec_params_t *p)
+{
+    _Static_assert((int)ZC_CFG_TOPK_VALUES_F32 == (int)ZC_TOPK_VALUES_F32 &&
+                       (int)ZC_CFG_TOPK_VALUES_F16 == (int)ZC_TOPK_VALUES_F16,
+                   "the top-k choices of common/choices.h are zipccl_codec.h's enums");
+    p->topk.density = (double)cfg->topk_density / ZC_CONFIG_DECIMAL_ONE;
+    p->topk.values = (zc_topk_values_t)cfg->topk_values;
+}
+
+static const zc_codec_field_t topk_fields[] = {
+    ZC_CODEC_FIELD(topk.density, F64, 1),
+    ZC_CODEC_FIELD(topk.values, INT, 1),
+};
+
+/*
+ * The expected size on unstructured input: each kept value costs its value
+ * bits plus its Rice-coded gap, which comes within a few hundredths of a bit
+ * of the entropy of the geometric gaps, H(rho) / rho bits (docs/codecs.md,
+ * top-k), and never takes under one bit.
+ */
+static double topk_wire_ratio(const zc_codec_params_t *p)
+{
+    const double rho = p->topk.density;
+    const double vbits = p->topk.values == ZC_TOPK_VALUES_F16 ? 16.0 : 32.0;
+    double gbits = 1.0;
+    if (rho < 1.0) {
+        double h = -rho * log2(rho) - (1.0 - rho) * log2(1.0 - rho);
+        gbits = ZC_MAX(1.0, h / rho);
+    }
+    return rho * (vbits + gbits) / 32.0;
+}
+
 const zc_codec_ops_t zc_codec_topk_ops = {
     .name = "topk",
     .id = ZC_CODEC_TOPK,
     .caps = 0,
+    .fields = topk_fields,
+    .nfields = ZC_ARRAY_SIZE(topk_fields),
+    .params_default = topk_params_default,
+    .params_from_config = topk_params_from_config,
     .check = topk_check,
     .error_feedback = topk_error_feedback,
+    .wire_ratio = topk_wire_ratio,
+    .nominal_encode_bw = 1e9,
+    .nominal_decode_bw = 20e9,
     .bound = topk_bound,
     .encode = topk_encode,
     .decode_add = topk_decode_add,

@@ -89,8 +89,19 @@ typedef enum zc_topk_values {
     ZC_TOPK_VALUES_F16 = 1, /**< rounding error goes to the residual too */
 } zc_topk_values_t;
 
-/** Parameters of one codec; fill with zc_codec_params_default, then adjust. */
+/**
+ * Parameters of one codec; fill with zc_codec_params_default, then adjust.
+ *
+ * struct_size is the size of the struct the caller was compiled with, which
+ * zc_codec_params_default sets to sizeof(zc_codec_params_t). A later release
+ * adds new codecs' fields at the end, so a program built against this header
+ * keeps working with it; every function that takes params reads no byte at or
+ * past struct_size, and returns ZC_ERR_INVALID_ARG when struct_size is 0 or
+ * ends before the last field the params' codec uses. Params built by hand
+ * without zc_codec_params_default (struct_size 0) are therefore refused.
+ */
 typedef struct zc_codec_params {
+    uint32_t struct_size; /**< bytes of this struct the caller has: sizeof at its build */
     zc_codec_id_t codec;
     struct {
         uint32_t levels;       /**< s, 1..65535: magnitudes are quantized to k/s, k = 0..s */
@@ -148,12 +159,34 @@ zc_status_t zc_codec_find(const char *name, zc_codec_id_t *codec_p);
 unsigned zc_codec_caps(zc_codec_id_t codec);
 
 /**
- * Fills @p params_p with @p codec's defaults: QSGD 4 bits, bucket 512, max
- * scale, fixed coding, no error feedback; top-k density 0.01 with f32 values;
- * GradiVeQ K = 64, d from 99% energy, 1 rank, 1024 samples, learned once.
+ * Fills the first @p size bytes of @p params_p (the caller's
+ * sizeof(zc_codec_params_t)) with @p codec's defaults and sets struct_size to
+ * @p size; bytes past this library's struct are zeroed. Called through
+ * zc_codec_params_default, which passes the size the caller was compiled with.
+ * Errors: ZC_ERR_INVALID_ARG for an unknown codec, NULL, or a size too small
+ * for the codec's fields.
  */
-zc_status_t zc_codec_params_default(zc_codec_id_t codec, zc_codec_params_t *params_p);
-/** Checks @p params: ZC_ERR_INVALID_CONFIG for an out-of-range field. */
+zc_status_t zc_codec_params_default_sized(zc_codec_id_t codec, zc_codec_params_t *params_p,
+                                          size_t size);
+
+/**
+ * Fills @p params_p with @p codec's defaults, struct_size with
+ * sizeof(zc_codec_params_t): QSGD 4 bits, bucket 512, max scale, fixed coding,
+ * no error feedback; top-k density 0.01 with f32 values; GradiVeQ K = 64, d
+ * from 99% energy, 1 rank, 1024 samples, learned once. Every codec's fields
+ * get their defaults, so params whose codec is changed afterwards stay valid.
+ * Inline, so that the size is the caller's, never the library's.
+ */
+static inline zc_status_t zc_codec_params_default(zc_codec_id_t codec, zc_codec_params_t *params_p)
+{
+    return zc_codec_params_default_sized(codec, params_p, sizeof(*params_p));
+}
+
+/**
+ * Checks @p params: ZC_ERR_INVALID_ARG for NULL or a struct_size that is 0 or
+ * too small for the codec's fields, ZC_ERR_INVALID_CONFIG for an unknown codec
+ * or an out-of-range field. Every function taking params checks them so.
+ */
 zc_status_t zc_codec_params_check(const zc_codec_params_t *params);
 
 /**

@@ -180,6 +180,105 @@ Test(codec_params, none_ignores_qsgd_fields)
     cr_assert_eq(zc_codec_bound(&p, 10), ZC_PAYLOAD_HEADER_BYTES + 40);
 }
 
+/* ------------------------------------------------------------- struct_size */
+
+/* Every entry point that takes params refuses them: INVALID_ARG, bound 0, no state. */
+static void expect_bad_size(const zc_codec_params_t *p, const char *what)
+{
+    float x[4] = {1, 2, 3, 4};
+    uint8_t out[256];
+    size_t len = 12345;
+    zc_codec_state_t *st = NULL;
+
+    cr_assert_eq(zc_codec_params_check(p), ZC_ERR_INVALID_ARG, "%s accepted", what);
+    cr_assert_eq(zc_codec_bound(p, 4), 0, "%s: bound not 0", what);
+    cr_assert_eq(zc_codec_needs_state(p), 0, "%s: needs a state", what);
+    cr_assert_eq(zc_codec_state_create(p, 4, &st), ZC_ERR_INVALID_ARG, "%s: state", what);
+    cr_assert_null(st);
+    cr_assert_eq(zc_codec_encode(p, NULL, NULL, ZC_DTYPE_F32, x, 4, out, sizeof(out), &len),
+                 ZC_ERR_INVALID_ARG, "%s: encode did not refuse", what);
+    cr_assert_eq(len, 12345, "%s: len_p written on failure", what);
+}
+
+Test(codec_params, struct_size)
+{
+    zc_codec_params_t p;
+
+    cr_assert_eq(zc_codec_params_default(ZC_CODEC_TOPK, &p), ZC_OK);
+    cr_assert_eq(p.struct_size, sizeof(p));
+    p.struct_size = 0;
+    expect_bad_size(&p, "struct_size 0");
+    /* built by hand, without zc_codec_params_default */
+    memset(&p, 0, sizeof(p));
+    p.codec = ZC_CODEC_NONE;
+    expect_bad_size(&p, "hand-built none");
+
+    /* the smallest size is where the codec's last field ends */
+    const size_t qsgd_end = offsetof(zc_codec_params_t, qsgd.error_feedback) + sizeof(int);
+    p = qsgd_params(7, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_FIXED);
+    p.struct_size = (uint32_t)qsgd_end - 1;
+    expect_bad_size(&p, "qsgd one byte short");
+    p.struct_size = (uint32_t)qsgd_end;
+    expect_accepted(&p, "qsgd ending at its last field");
+    p.struct_size = sizeof(p) + 64; /* a newer caller's larger struct */
+    expect_accepted(&p, "qsgd from a larger struct");
+
+    /* none needs the id only */
+    p = none_params();
+    p.struct_size = offsetof(zc_codec_params_t, codec) + sizeof(zc_codec_id_t);
+    expect_accepted(&p, "none with the id only");
+    p.struct_size--;
+    expect_bad_size(&p, "none without a whole id");
+}
+
+/* An older caller's shorter struct: nothing is read or written past its size (ASan watches). */
+Test(codec_params, shorter_struct)
+{
+    const size_t end = offsetof(zc_codec_params_t, topk.values) + sizeof(zc_topk_values_t);
+    cr_assert_lt(end, sizeof(zc_codec_params_t));
+    uint8_t *buf = xmalloc(end + GUARD);
+    memset(buf, GUARD_BYTE, end + GUARD);
+    zc_codec_params_t *p = (zc_codec_params_t *)buf;
+
+    cr_assert_eq(zc_codec_params_default_sized(ZC_CODEC_TOPK, p, end - 1), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(buf[0], GUARD_BYTE, "written on failure");
+    cr_assert_eq(zc_codec_params_default_sized(ZC_CODEC_TOPK, p, end), ZC_OK);
+    for (size_t i = end; i < end + GUARD; i++)
+        cr_assert_eq(buf[i], GUARD_BYTE, "byte %zu written past the caller's size", i);
+    /* read field by field: the object is shorter than the type */
+    uint32_t size;
+    zc_codec_id_t codec;
+    double density;
+    memcpy(&size, buf + offsetof(zc_codec_params_t, struct_size), sizeof(size));
+    memcpy(&codec, buf + offsetof(zc_codec_params_t, codec), sizeof(codec));
+    memcpy(&density, buf + offsetof(zc_codec_params_t, topk.density), sizeof(density));
+    cr_assert_eq(size, end);
+    cr_assert_eq(codec, ZC_CODEC_TOPK);
+    cr_assert_float_eq(density, 0.01, 1e-15);
+
+    const size_t n = 100;
+    float x[100];
+    fill_gauss(x, n, 3, 1.0);
+    zc_codec_state_t *st;
+    cr_assert_eq(zc_codec_state_create(p, n, &st), ZC_OK);
+    size_t cap = zc_codec_bound(p, n), len;
+    cr_assert_gt(cap, 0);
+    uint8_t *out = xmalloc(cap);
+    cr_assert_eq(zc_codec_encode(p, st, NULL, ZC_DTYPE_F32, x, n, out, cap, &len), ZC_OK);
+    free(out);
+    zc_codec_state_destroy(st);
+    free(buf);
+
+    /* a larger struct: the bytes past this library's are zeroed */
+    uint8_t big[sizeof(zc_codec_params_t) + 16];
+    memset(big, GUARD_BYTE, sizeof(big));
+    cr_assert_eq(
+        zc_codec_params_default_sized(ZC_CODEC_QSGD, (zc_codec_params_t *)big, sizeof(big)), ZC_OK);
+    for (size_t i = sizeof(zc_codec_params_t); i < sizeof(big); i++)
+        cr_assert_eq(big[i], 0);
+    cr_assert_eq(((zc_codec_params_t *)big)->struct_size, sizeof(big));
+}
+
 /* ------------------------------------------------------------------ header */
 
 static payload_t small_qsgd_payload(uint64_t n, float **x_p)

@@ -7,7 +7,7 @@
 #include "codec_test.h"
 
 #include "codec/codec.h"
-#include "codec/fp16/half_kernels.h"
+#include "common/half_kernels.h"
 #include "common/cpu.h"
 #include "common/half.h"
 

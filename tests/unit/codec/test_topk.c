@@ -12,7 +12,7 @@
 #include "codec_test.h"
 
 #include "codec/codec.h"
-#include "codec/topk/topk.h"
+#include "codec/topk/topk_int.h"
 #include "common/cpu.h"
 #include "common/half.h"
 

@@ -9,7 +9,7 @@
  * instruction for it). The tails (fewer than 16 values) go through a
  * zero-padded block on the stack and the same vector code.
  */
-#include "codec/fp16/half_kernels.h"
+#include "common/half_kernels.h"
 
 #include <immintrin.h>
 #include <string.h>

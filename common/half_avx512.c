@@ -1,14 +1,14 @@
 /*
  * fp16 / bf16 kernels for AVX-512 (F, BW, DQ, VL). Each produces exactly the
- * bytes and floats of its scalar twin in fp16.c; tests/unit/codec/
- * test_half_codecs.c compares them.
+ * bytes and floats of its scalar twin in half_kernels.c;
+ * tests/unit/codec/test_half_codecs.c compares them.
  *
  * f32 -> f16 is vcvtps2ph with round-to-nearest-even, which is the scalar
  * zc_f32_to_f16 bit for bit (NaN: sign and top payload bits kept, quiet bit
  * set). f32 -> bf16 is integer arithmetic on the bits, not vcvtneps2bf16
  * (AVX512_BF16), which flushes subnormal inputs to zero.
  */
-#include "codec/fp16/half_kernels.h"
+#include "common/half_kernels.h"
 
 #include <immintrin.h>
 

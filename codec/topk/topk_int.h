@@ -9,8 +9,8 @@
  * NaN has a key above the infinity's, so NaN ranks above everything and is sent
  * first. Zeros have key 0 and are never sent.
  */
-#ifndef ZC_CODEC_TOPK_H
-#define ZC_CODEC_TOPK_H
+#ifndef ZC_CODEC_TOPK_TOPK_INT_H
+#define ZC_CODEC_TOPK_TOPK_INT_H
 
 #include "common/bitio.h"
 #include "common/half.h"

@@ -1,14 +1,16 @@
 /*
- * The fp16 and bf16 codecs' per-CPU-level kernels. The codec logic (input
- * types, lengths, the ops table) is in fp16.c; the body is docs/codecs.md's:
- * count 2-byte values, little-endian, at any alignment.
+ * f16 and bf16 arrays to and from f32, per CPU level: narrowing, widening
+ * with accumulation, and the sum of two half arrays. Arrays are count 2-byte
+ * values, little-endian, at any alignment: the fp16/bf16 codecs' body
+ * (codec/fp16, docs/codecs.md) and the raw path's f16/bf16 buffers
+ * (collectives/reduce.c) alike.
  *
  * Every variant produces exactly the bytes and floats of the scalar one
- * (fp16.c), NaN payloads included: narrowing keeps a NaN's sign and top
- * payload bits and sets its quiet bit, as the hardware casts do.
+ * (half_kernels.c), NaN payloads included: narrowing keeps a NaN's sign and
+ * top payload bits and sets its quiet bit, as the hardware casts do.
  */
-#ifndef ZC_CODEC_FP16_HALF_KERNELS_H
-#define ZC_CODEC_FP16_HALF_KERNELS_H
+#ifndef ZC_COMMON_HALF_KERNELS_H
+#define ZC_COMMON_HALF_KERNELS_H
 
 #include "common/cpu.h"
 
@@ -34,7 +36,7 @@ typedef struct zc_half_kernels {
      * dst[i] = round(widen(a[i]) + widen(b[i])); dst may be a or b (exactly, not
      * a partial overlap). A NaN in a wins over one in b (quieted); the f32 sum
      * of finite values is rounded once, and is then the exact sum correctly
-     * rounded (see fp16.c).
+     * rounded (Figueroa 1995: 24 >= 2p + 2 for both formats, p = 11 and 8).
      */
     void (*reduce)(const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst);
 } zc_half_kernels_t;
