@@ -1,7 +1,8 @@
 /*
  * The tcp bootstrap across processes: allgather, broadcast and barrier with every
  * launcher convention for 2, 3, 4 and 8 ranks; a root that starts late or never;
- * strangers, a duplicate rank, mismatched lengths; a rank killed mid-allgather.
+ * strangers, a duplicate rank, mismatched lengths; a rank killed mid-allgather; a
+ * member announcing a 1 TiB UCX worker address.
  *
  * Usage: test_bootstrap_mp CASE. Exits 0 when the case passed; otherwise the
  * harness or the failing check says why on stderr.
@@ -13,6 +14,7 @@
 #include "common/log.h"
 #include "common/timer.h"
 #include "transport/bootstrap/tcp.h"
+#include "transport/ucx/ucx.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -419,6 +421,50 @@ static int case_killed(int victim)
     return rc != 0;
 }
 
+/* ---- a member that lies ----------------------------------------------------------------- */
+
+/*
+ * A member that announces a worker address of 1 TiB: the others must refuse it, naming the
+ * rank, and allocate nothing for it.
+ */
+static int huge_address_rank(int rank, int size, void *arg)
+{
+    zc_bootstrap_t *bs = NULL;
+    zc_config_t cfg;
+    rank_setup(rank);
+    CHECK(zc_config_load(NULL, &cfg) == ZC_OK, "config");
+    zc_status_t status = zc_bootstrap_tcp_create(&cfg, NULL, &bs);
+    CHECK(status == ZC_OK, "create: %s", zc_status_string(status));
+    if (rank == 2) {
+        uint64_t mine = UINT64_C(1) << 40, lens[3];
+        zc_harness_step("announcing 1 TiB");
+        (void)zc_bootstrap_allgather(bs, &mine, sizeof(mine), lens);
+        zc_bootstrap_destroy(bs);
+        return 0;
+    }
+    zc_ucx_comm_t *comm = NULL;
+    uint64_t start = zc_time_ns();
+    zc_harness_step("ucx comm create");
+    status = zc_ucx_comm_create(&cfg, bs, &comm);
+    CHECK(status == ZC_ERR_CORRUPT, "comm create: %s", zc_status_string(status));
+    CHECK(logged_has("rank 2 announced a worker address of 1099511627776 bytes"),
+          "the error does not name the liar and its length: %s", logged);
+    CHECK(elapsed_s(start) < 5, "failing took %.1f s", elapsed_s(start));
+    zc_bootstrap_destroy(bs);
+    return FAILED_AS_EXPECTED;
+}
+
+static int case_huge_address(void)
+{
+    char *const env[] = {"ZIPCCL_TIMEOUT_S=20", NULL};
+    zc_harness_opts_t o = {.nranks = 3,
+                           .deadline_s = 60,
+                           .expect_fail_mask = 0x3,
+                           .expect_fail_status = FAILED_AS_EXPECTED,
+                           .env = env};
+    return zc_harness_run(&o, huge_address_rank, NULL) != 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *name = argc > 1 ? argv[1] : "";
@@ -450,6 +496,8 @@ int main(int argc, char **argv)
         rc = case_killed(2);
     else if (strcmp(name, "killed-root") == 0)
         rc = case_killed(0);
+    else if (strcmp(name, "huge-address") == 0)
+        rc = case_huge_address();
     else {
         fprintf(stderr, "usage: %s CASE (unknown case '%s')\n", argv[0], name);
         return 2;
