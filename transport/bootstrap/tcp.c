@@ -1231,18 +1231,26 @@ zc_status_t zc_bootstrap_tcp_join(const zc_bootstrap_tcp_args_t *args, zc_bootst
     return tcp_create(args, bs_p);
 }
 
-zc_status_t zc_bootstrap_tcp_create_explicit(int rank, int size, const char *host, int port,
-                                             const char *job_id, int timeout_s,
-                                             zc_bootstrap_t **bs_p)
+/* The secret-less shorthands' common part. */
+static zc_status_t create_without_secret(int rank, int size, const char *host, int port,
+                                         int listen_fd, const char *job_id, int timeout_s,
+                                         zc_bootstrap_t **bs_p)
 {
     zc_bootstrap_tcp_args_t a = {.rank = rank,
                                  .size = size,
                                  .host = host,
                                  .port = port,
-                                 .listen_fd = -1,
+                                 .listen_fd = listen_fd,
                                  .job_id = job_id,
                                  .timeout_s = timeout_s};
     return tcp_create(&a, bs_p);
+}
+
+zc_status_t zc_bootstrap_tcp_create_explicit(int rank, int size, const char *host, int port,
+                                             const char *job_id, int timeout_s,
+                                             zc_bootstrap_t **bs_p)
+{
+    return create_without_secret(rank, size, host, port, -1, job_id, timeout_s, bs_p);
 }
 
 zc_status_t zc_bootstrap_tcp_create_listener(int rank, int size, const char *host, int port,
@@ -1257,12 +1265,5 @@ zc_status_t zc_bootstrap_tcp_create_listener(int rank, int size, const char *hos
             close(listen_fd);
         return ZC_ERR_INVALID_ARG;
     }
-    zc_bootstrap_tcp_args_t a = {.rank = rank,
-                                 .size = size,
-                                 .host = host,
-                                 .port = port,
-                                 .listen_fd = listen_fd,
-                                 .job_id = job_id,
-                                 .timeout_s = timeout_s};
-    return zc_bootstrap_tcp_join(&a, bs_p);
+    return create_without_secret(rank, size, host, port, listen_fd, job_id, timeout_s, bs_p);
 }
