@@ -272,6 +272,20 @@ static int head_listen(head_t *h)
     return exchange("handle", handle, sizeof(handle), all_handles);
 }
 
+/*
+ * Every process of the run listens and swaps handles (head_listen); the first
+ * @p heads of them form the CollNet, the others play strangers.
+ */
+static int listen_all(head_t *h, int rank, int size, int heads)
+{
+    my_rank = rank;
+    nranks = size;
+    if (head_listen(h))
+        return 1;
+    nranks = heads;
+    return 0;
+}
+
 /* connect among the first nranks ranks, closeListen, and the staging region registered twice. */
 static int head_connect(head_t *h)
 {
@@ -895,11 +909,8 @@ static int case_stranger(int rank, int size, void *arg)
     head_t h;
     ncclResult_t res;
     (void)arg;
-    my_rank = rank;
-    nranks = size;
-    if (head_listen(&h))
+    if (listen_all(&h, rank, size, 2))
         return 1;
-    nranks = 2;
     if (rank == 2) {
         uint8_t forged[NCCL_NET_HANDLE_MAXSIZE];
         memcpy(forged, all_handles[0], sizeof(forged));
@@ -1085,11 +1096,8 @@ static int case_hostile(int rank, int size, void *arg)
     head_t h;
     ncclResult_t res;
     (void)arg;
-    my_rank = rank;
-    nranks = size;
-    if (head_listen(&h))
+    if (listen_all(&h, rank, size, 3))
         return 1;
-    nranks = 3;
     if (rank == 3) {
         CHECK_OK(cn_close_listen(h.lcomm));
         return attack();
