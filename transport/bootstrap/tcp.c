@@ -1029,6 +1029,31 @@ static zc_status_t hs_expect(tcp_bs_t *t, const zc_bs_frame_t *f, zc_bs_msg_t ty
 }
 
 /*
+ * Sends @p f (with @p payload), then reads rank 0's answer into @p f and @p reply
+ * (hs_recv). @p payload and @p reply may be the same buffer. A connection that
+ * fails is worth another attempt (*@p retry_p).
+ */
+static zc_status_t hs_send_recv(tcp_bs_t *t, zc_bs_frame_t *f, const void *payload, uint8_t *reply,
+                                size_t max, uint64_t deadline, char *why, size_t why_len,
+                                int *retry_p)
+{
+    char when[64];
+    int err = 0;
+    zc_status_t status = send_frame(t->fds[0], f, payload, deadline, &err);
+    if (status == ZC_OK)
+        status = hs_recv(t, f, reply, max, deadline, why, why_len, retry_p);
+    else if (status == ZC_ERR_TIMEOUT)
+        snprintf(why, why_len, "rank %d timed out after %d s in the handshake with rank 0 at %s",
+                 t->rank, t->timeout_s, t->root_addr);
+    else {
+        snprintf(when, sizeof(when), "before it accepted rank %d", t->rank);
+        io_message(why, why_len, 0, t->root_addr, err, when);
+    }
+    *retry_p |= status == ZC_ERR_IO;
+    return status;
+}
+
+/*
  * One attempt at joining over t->fds[0]: hello, then (with a secret) challenge
  * and proof, until rank 0 says JOINED. A failure is described in @p why;
  * *@p retry_p says whether another connection may succeed.
@@ -1039,21 +1064,10 @@ static zc_status_t rank_handshake(tcp_bs_t *t, uint64_t deadline, char *why, siz
     uint8_t payload[ZC_BS_PROOF_LEN];
     zc_bs_transcript_t tr = {.job = t->job, .rank = (uint32_t)t->rank, .size = (uint32_t)t->size};
     zc_bs_frame_t f;
-    int err = 0;
-    char when[64];
 
     *retry_p = 0;
-    snprintf(when, sizeof(when), "before it accepted rank %d", t->rank);
     f = zc_bs_frame_make(t->job, ZC_BS_MSG_HELLO, (uint32_t)t->rank, 0, 0, (uint32_t)t->size);
-    zc_status_t status = send_frame(t->fds[0], &f, NULL, deadline, &err);
-    if (status == ZC_OK)
-        status = hs_recv(t, &f, payload, ZC_BS_NONCE_LEN, deadline, why, why_len, retry_p);
-    else
-        io_message(why, why_len, 0, t->root_addr, err, when);
-    if (status != ZC_OK) {
-        *retry_p |= status == ZC_ERR_IO;
-        return status;
-    }
+    ZC_CHECK(hs_send_recv(t, &f, NULL, payload, ZC_BS_NONCE_LEN, deadline, why, why_len, retry_p));
 
     if (t->has_secret) {
         if (f.type == ZC_BS_MSG_JOINED) {
@@ -1073,15 +1087,8 @@ static zc_status_t rank_handshake(tcp_bs_t *t, uint64_t deadline, char *why, siz
         memcpy(payload, tr.nonce_rank, ZC_BS_NONCE_LEN);
         zc_bs_mac(t->key, ZC_BS_ROLE_RANK, &tr, payload + ZC_BS_NONCE_LEN);
         f = zc_bs_frame_make(t->job, ZC_BS_MSG_PROOF, (uint32_t)t->rank, 0, ZC_BS_PROOF_LEN, 0);
-        status = send_frame(t->fds[0], &f, payload, deadline, &err);
-        if (status == ZC_OK)
-            status = hs_recv(t, &f, payload, ZC_BS_MAC_LEN, deadline, why, why_len, retry_p);
-        else
-            io_message(why, why_len, 0, t->root_addr, err, when);
-        if (status != ZC_OK) {
-            *retry_p |= status == ZC_ERR_IO;
-            return status;
-        }
+        ZC_CHECK(
+            hs_send_recv(t, &f, payload, payload, ZC_BS_MAC_LEN, deadline, why, why_len, retry_p));
     } else if (f.type == ZC_BS_MSG_CHALLENGE) {
         snprintf(why, why_len,
                  "rank 0 at %s requires a job secret and rank %d has none (set ZIPCCL_JOB_SECRET "
