@@ -193,6 +193,8 @@ ZC_EXPORT zc_status_t zc_comm_config_get(const zc_comm_config_t *config, const c
     if (!config || !param || !buf || len == 0)
         return ZC_ERR_INVALID_ARG;
     zc_param_format(param, &config->cfg, buf, len);
+    if (zc_param_is_secret(param) && buf[0]) /* never handed out, not even to its owner */
+        snprintf(buf, len, "(set)");
     return ZC_OK;
 }
 

@@ -291,6 +291,12 @@ static void enum_name(const char *choices, int64_t index, char *buf, size_t len)
     snprintf(buf, len, "%.*s", (int)strcspn(c, ","), c);
 }
 
+int zc_param_is_secret(const zc_param_desc_t *param)
+{
+    return param->kind == ZC_PARAM_KIND_STRING && param->choices &&
+           strcmp(param->choices, "secret") == 0;
+}
+
 void zc_param_format(const zc_param_desc_t *param, const zc_config_t *cfg, char *buf, size_t len)
 {
     if (param->kind == ZC_PARAM_KIND_STRING) {
@@ -425,8 +431,12 @@ static zc_status_t store_logged(const zc_param_desc_t *param, const char *value,
         return ZC_OK;
     char range[256];
     zc_param_range(param, range, sizeof(range));
-    ZC_ERROR("invalid %s=\"%s\": expected %s %s", param->name, value,
-             zc_param_kind_name(param->kind), range);
+    if (zc_param_is_secret(param))
+        ZC_ERROR("invalid %s (a secret: its value is not shown): expected %s %s", param->name,
+                 zc_param_kind_name(param->kind), range);
+    else
+        ZC_ERROR("invalid %s=\"%s\": expected %s %s", param->name, value,
+                 zc_param_kind_name(param->kind), range);
     return ZC_ERR_INVALID_CONFIG;
 }
 

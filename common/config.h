@@ -100,7 +100,16 @@ zc_status_t zc_config_apply(const zc_config_t *cfg);
  */
 zc_status_t zc_param_parse(const zc_param_desc_t *param, const char *value, int64_t *value_p);
 
-/* Writes the value of @p param in @p cfg as text, the inverse of zc_param_parse. */
+/*
+ * Whether @p param holds a secret (a STRING whose choices column says "secret"):
+ * its value is never printed; zipccl-info shows "set" or "unset" instead.
+ */
+int zc_param_is_secret(const zc_param_desc_t *param);
+
+/*
+ * Writes the value of @p param in @p cfg as text, the inverse of zc_param_parse
+ * (a secret's too: callers that print check zc_param_is_secret).
+ */
 void zc_param_format(const zc_param_desc_t *param, const zc_config_t *cfg, char *buf, size_t len);
 
 /* Writes the accepted values of @p param ("2..17", "max|l2", "0B..1TiB") into @p buf. */

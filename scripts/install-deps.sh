@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential pkg-config meson ninja-build python3 clang llvm clang-format
   libclang-rt-dev
-  libucx-dev ucx-utils libhwloc-dev hwloc
+  libucx-dev ucx-utils libhwloc-dev hwloc libsodium-dev
   libcriterion-dev zlib1g-dev
   libopenblas-dev liblapacke-dev
   libopenmpi-dev openmpi-bin

@@ -60,12 +60,20 @@ int main(int argc, char **argv)
     if (zc_config_load(NULL, &cfg) != ZC_OK)
         return 1; /* the loader named the variable and what it accepts */
 
-    printf("zipccl %s (cpu: %s detected; cuda %s, nccl %s, mpi %s)\n\n", ZC_VERSION,
+    printf("zipccl %s (cpu: %s detected; cuda %s, nccl %s, mpi %s)\n", ZC_VERSION,
            zc_cpu_level_name(zc_cpu_detect()), ZC_HAVE_CUDA ? "yes" : "no",
            ZC_HAVE_NCCL ? "yes" : "no", ZC_HAVE_MPI ? "yes" : "no");
+    /* the tcp bootstrap's mode (docs/security.md); the CollNet plugin always has a secret */
+    printf("tcp bootstrap: %s\n\n",
+           cfg.job_secret && *cfg.job_secret
+               ? "secret: proven membership (ZIPCCL_JOB_SECRET is set)"
+               : "no secret: trusts the network (anyone who can reach rank 0's port and knows the "
+                 "job id may join; set ZIPCCL_JOB_SECRET)");
     for (size_t i = 0; i < zc_param_count(); i++) {
         const zc_param_desc_t *p = zc_param_at(i);
         zc_param_format(p, &cfg, value, sizeof(value));
+        if (zc_param_is_secret(p))
+            snprintf(value, sizeof(value), "%s", value[0] ? "set" : "unset");
         zc_param_range(p, range, sizeof(range));
         printf("%-25s %-15s = %-8s (default %s; %s)\n    %s\n", p->name,
                zc_param_kind_name(p->kind), value, p->def, range, p->doc);

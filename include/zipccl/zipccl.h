@@ -121,8 +121,8 @@ zc_status_t zc_comm_config_set(zc_comm_config_t *config, const char *name, const
 
 /**
  * Writes the value of @p name in @p config as text into @p buf (@p len bytes,
- * truncated and terminated). Errors: ZC_ERR_INVALID_ARG (unknown name, NULL,
- * @p len 0).
+ * truncated and terminated); a secret (ZIPCCL_JOB_SECRET) reads "(set)" or "".
+ * Errors: ZC_ERR_INVALID_ARG (unknown name, NULL, @p len 0).
  */
 zc_status_t zc_comm_config_get(const zc_comm_config_t *config, const char *name, char *buf,
                                size_t len);

@@ -5,13 +5,15 @@
  *
  * Meeting the other heads: listen() opens a TCP socket on the device's address
  * (port chosen by the kernel) and writes {magic, family, address, port, random
- * nonce} into NCCL's 128-byte handle. NCCL gathers the handles of every node
- * and calls connect(handles, nranks, rank) on each head: node 0 becomes the
- * root of zipccl's tcp bootstrap on the socket it already listens on
- * (zc_bootstrap_tcp_create_listener), the others connect to handles[0]'s
- * address. The job id is made of node 0's nonce, so that a process of another
- * communicator (another nonce) is rejected. Then zc_comm_create builds a
- * communicator over that bootstrap with the CollNet codec.
+ * nonce, random secret} into NCCL's 128-byte handle. NCCL gathers the handles
+ * of every node through its own bootstrap and calls connect(handles, nranks,
+ * rank) on each head: node 0 becomes the root of zipccl's tcp bootstrap on the
+ * socket it already listens on, the others connect to handles[0]'s address.
+ * The job id is made of node 0's nonce, so that a process of another
+ * communicator (another nonce) is told apart; node 0's secret is the job
+ * secret (zc_bootstrap_tcp_join), so that only processes NCCL gave the handle
+ * can join: a stranger that finds the listening port cannot prove it. Then
+ * zc_comm_create builds a communicator over that bootstrap with the CollNet codec.
  *
  * Stateless: NCCL slices its staging buffer per channel and step, so a buffer
  * address is no tensor identity: error feedback is off and only stateless
@@ -55,7 +57,8 @@ typedef struct collnet_handle {
     uint16_t family; /* AF_INET or AF_INET6 */
     uint16_t port;   /* host byte order */
     uint8_t addr[16];
-    uint64_t nonce; /* random per listen: the job's identity */
+    uint64_t nonce;     /* random per listen: the job's identity */
+    uint8_t secret[32]; /* random per listen: node 0's is the heads' job secret */
 } collnet_handle_t;
 
 _Static_assert(sizeof(collnet_handle_t) <= NCCL_NET_HANDLE_MAXSIZE,
@@ -182,7 +185,8 @@ ncclResult_t zc_collnet_listen(void *ctx, int dev, void *handle, void **listenCo
         memcpy(h->addr, &a->sin6_addr, 16);
         h->port = ntohs(a->sin6_port);
     }
-    if (getrandom(&h->nonce, sizeof(h->nonce), 0) != (ssize_t)sizeof(h->nonce))
+    if (getrandom(&h->nonce, sizeof(h->nonce), 0) != (ssize_t)sizeof(h->nonce) ||
+        getrandom(h->secret, sizeof(h->secret), 0) != (ssize_t)sizeof(h->secret))
         goto err_errno;
 
     memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
@@ -303,8 +307,16 @@ ncclResult_t zc_collnet_connect(void *handles[], int nranks, int rank, void *lis
         fd = lc->fd; /* the bootstrap takes it, and closes it */
         lc->fd = -1;
     }
-    status = zc_bootstrap_tcp_create_listener(rank, nranks, host, root.port, fd, job,
-                                              (int)cfg.timeout_s, &bs);
+    zc_bootstrap_tcp_args_t args = {.rank = rank,
+                                    .size = nranks,
+                                    .host = host,
+                                    .port = root.port,
+                                    .listen_fd = fd,
+                                    .job_id = job,
+                                    .secret = root.secret,
+                                    .secret_len = sizeof(root.secret),
+                                    .timeout_s = (int)cfg.timeout_s};
+    status = zc_bootstrap_tcp_join(&args, &bs);
     if (status == ZC_OK)
         status = zc_comm_create(&cfg, bs, &cc->comm); /* takes bs */
     if (status != ZC_OK) {

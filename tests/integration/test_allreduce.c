@@ -1553,6 +1553,10 @@ static int config_rank(int rank, int size, void *arg)
               zc_comm_config_get(cfg, "ZIPCCL_NOPE", buf, sizeof(buf)) == ZC_ERR_INVALID_ARG &&
               zc_comm_init_config(NULL, &comm) == ZC_ERR_INVALID_ARG,
           "NULL or unknown arguments accepted");
+    CHECK(zc_comm_config_set(cfg, "ZIPCCL_JOB_SECRET", "0123456789abcdef-config") == ZC_OK &&
+              zc_comm_config_get(cfg, "ZIPCCL_JOB_SECRET", buf, sizeof(buf)) == ZC_OK &&
+              strcmp(buf, "(set)") == 0,
+          "the secret reads '%s', not (set)", buf);
     snprintf(buf, sizeof(buf), "%s/cfg-%%r.json", dir);
     CHECK(zc_comm_config_set(cfg, "ZIPCCL_STATS_FILE", buf) == ZC_OK, "set ZIPCCL_STATS_FILE");
     memset(buf, 'x', sizeof(buf) - 1); /* the configuration holds a copy, not this buffer */

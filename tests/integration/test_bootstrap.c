@@ -1,7 +1,9 @@
 /*
  * The tcp bootstrap across processes: allgather, broadcast and barrier with every
  * launcher convention for 2, 3, 4 and 8 ranks; a root that starts late or never;
- * strangers, a duplicate rank, mismatched lengths; a rank killed mid-allgather.
+ * strangers, a duplicate rank, mismatched lengths; a rank killed mid-allgather;
+ * hostile processes on the same host, with and without ZIPCCL_JOB_SECRET; a
+ * member announcing a 1 TiB UCX worker address.
  *
  * Usage: test_bootstrap_mp CASE. Exits 0 when the case passed; otherwise the
  * harness or the failing check says why on stderr.
@@ -12,7 +14,10 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/timer.h"
+#include "transport/bootstrap/sock.h"
 #include "transport/bootstrap/tcp.h"
+#include "transport/bootstrap/wire.h"
+#include "transport/ucx/ucx.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,7 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -196,6 +204,7 @@ static int case_root_absent(void)
 /* Shared by the ranks of one run (mapped before the fork). */
 typedef struct shared {
     volatile int strangers_done;
+    volatile int job_done;
     volatile int ready[ZC_HARNESS_MAX_RANKS];
 } shared_t;
 
@@ -303,8 +312,15 @@ static int case_stranger(void)
 
 /* ---- a rank that connects twice ------------------------------------------------------------- */
 
+/*
+ * Every process was told the job has 4 ranks; rank 3 claims to be rank 1. Without
+ * a secret the second claim could be anyone's: rank 0 refuses it alone, it
+ * retries until the deadline, and rank 3's absence fails the job then. With a
+ * secret both are proven members of the job: it fails at once.
+ */
 static int duplicate_rank(int rank, int size, void *arg)
 {
+    int secret = *(int *)arg;
     zc_bootstrap_t *bs = NULL;
     rank_setup(rank);
     if (rank == 3) {
@@ -320,23 +336,37 @@ static int duplicate_rank(int rank, int size, void *arg)
     }
     uint64_t start = zc_time_ns();
     zc_status_t status = create_from_env(&bs);
-    CHECK(status == ZC_ERR_MISMATCH, "create: %s", zc_status_string(status));
-    CHECK(logged_has("rank 1 connected twice: from 127.0.0.1:"),
-          "the error does not name the duplicate: %s", logged);
-    CHECK(elapsed_s(start) < 5, "failing took %.1f s", elapsed_s(start));
+    double t = elapsed_s(start);
+    if (secret) {
+        CHECK(status == ZC_ERR_MISMATCH, "create: %s", zc_status_string(status));
+        CHECK(logged_has("rank 1 connected twice: from 127.0.0.1:"),
+              "the error does not name the duplicate: %s", logged);
+        CHECK(t < 2.5, "failing took %.1f s", t);
+        return FAILED_AS_EXPECTED;
+    }
+    CHECK(status == ZC_ERR_TIMEOUT, "create: %s", zc_status_string(status));
+    if (rank == 0)
+        CHECK(logged_has("rank 1 has already joined from 127.0.0.1:") &&
+                  logged_has("rank 3 did not connect to rank 0"),
+              "rank 0 names neither the refused claim nor the missing rank: %s", logged);
+    if (rank == 3)
+        CHECK(logged_has("could not join") && logged_has("rank 1 has already joined"),
+              "the duplicate was not told why: %s", logged);
+    CHECK(t >= 2.5 && t < 6, "failing took %.1f s, ZIPCCL_TIMEOUT_S is 3", t);
     return FAILED_AS_EXPECTED;
 }
 
-static int case_duplicate(void)
+static int case_duplicate(int secret)
 {
-    char *const env[] = {"ZIPCCL_TIMEOUT_S=10", NULL};
+    char *const plain[] = {"ZIPCCL_TIMEOUT_S=3", NULL};
+    char *const with_secret[] = {"ZIPCCL_TIMEOUT_S=3",
+                                 "ZIPCCL_JOB_SECRET=correct horse battery staple", NULL};
     zc_harness_opts_t o = {.nranks = 4,
                            .deadline_s = 30,
                            .expect_fail_mask = 0xf,
                            .expect_fail_status = FAILED_AS_EXPECTED,
-                           .env = env};
-    /* every process was told the job has 4 ranks; rank 3 claims to be rank 1 */
-    return zc_harness_run(&o, duplicate_rank, NULL) != 0;
+                           .env = secret ? with_secret : plain};
+    return zc_harness_run(&o, duplicate_rank, &secret) != 0;
 }
 
 /* ---- ranks that disagree on a length -------------------------------------------------------- */
@@ -419,6 +449,264 @@ static int case_killed(int victim)
     return rc != 0;
 }
 
+/* ---- hostile processes on the same host: strangers and a lying member -------------------- */
+
+/*
+ * Ranks 0..2 are the job (size 3, ZIPCCL_TIMEOUT_S=20); harness rank 3 is an attacker on
+ * the same host that knows the job id (ZIPCCL_JOB_ID is in its environment, and the default
+ * root:host:port is computable) but not ZIPCCL_JOB_SECRET: it speaks raw frames. Ranks 1 and
+ * 2 join once the attack is under way; the job must complete with correct results, and the
+ * attacker must have got nowhere.
+ */
+typedef enum attack {
+    ATTACK_NONE,      /* the baseline: join time without an attacker */
+    ATTACK_REPLAY,    /* another job's hello; replays any job hash the REJECT disclosed */
+    ATTACK_RANK99,    /* the right job hash, rank 99 */
+    ATTACK_DUPLICATE, /* the right job hash, rank 1 once rank 1 joined */
+    ATTACK_FLOOD,     /* 3000 silent connections while the ranks join */
+    ATTACK_SILENT,    /* 100 silent connections held through the join */
+} attack_t;
+
+typedef struct hostile {
+    attack_t attack;
+    int secret; /* the ranks have ZIPCCL_JOB_SECRET (the attacker does not use it) */
+} hostile_t;
+
+#define FLOOD_CONNECTIONS 3000
+
+static int send_hello(int fd, uint64_t job, uint32_t rank, uint32_t size)
+{
+    uint8_t hdr[ZC_BS_HDR_LEN];
+    zc_bs_frame_t f = zc_bs_frame_make(job, ZC_BS_MSG_HELLO, rank, 0, 0, size);
+    zc_bs_frame_encode(&f, hdr);
+    return send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL) == (ssize_t)sizeof(hdr) ? 0 : -1;
+}
+
+/* Reads one frame and at most @p max payload bytes; -1 if the connection closed first. */
+static int read_frame(int fd, zc_bs_frame_t *f, uint8_t *payload, size_t max, double timeout_s)
+{
+    uint8_t hdr[ZC_BS_HDR_LEN];
+    int err;
+    uint64_t deadline = zc_time_ns() + (uint64_t)(timeout_s * 1e9);
+    if (zc_bs_recv_all(fd, hdr, sizeof(hdr), deadline, &err) != ZC_OK)
+        return -1;
+    zc_bs_frame_decode(hdr, f);
+    if (f->len > max || zc_bs_recv_all(fd, payload, (size_t)f->len, deadline, &err) != ZC_OK)
+        return -1;
+    return 0;
+}
+
+/* The attacker's REJECT: its reason into @p reason; -1 if something else came. */
+static int read_reject(int fd, char *reason)
+{
+    zc_bs_frame_t f;
+    uint8_t payload[4 + ZC_BS_REASON_MAX];
+    zc_status_t carried;
+    if (read_frame(fd, &f, payload, sizeof(payload), 10) < 0 || f.type != ZC_BS_MSG_REJECT ||
+        zc_bs_reason_decode(payload, (size_t)f.len, &carried, reason) != ZC_OK)
+        return -1;
+    return 0;
+}
+
+/* A claim of @p rank with the job's hash: the reply must refuse it and close the connection. */
+static int claim_refused(int port, uint64_t job, uint32_t rank, int secret)
+{
+    char reason[ZC_BS_REASON_MAX + 1];
+    int fd = raw_connect(port, 10);
+    CHECK(fd >= 0, "cannot connect to the root");
+    CHECK(send_hello(fd, job, rank, 3) == 0, "send hello");
+    if (secret && rank < 3) {
+        /* a plausible claim is challenged; the attacker cannot answer with the secret */
+        zc_bs_frame_t f;
+        uint8_t nonce[64];
+        CHECK(read_frame(fd, &f, nonce, sizeof(nonce), 10) == 0 && f.type == ZC_BS_MSG_CHALLENGE,
+              "claim of rank %u: no challenge", rank);
+        uint8_t proof[ZC_BS_HDR_LEN + ZC_BS_PROOF_LEN] = {0};
+        zc_bs_frame_t p = zc_bs_frame_make(job, ZC_BS_MSG_PROOF, rank, 0, ZC_BS_PROOF_LEN, 0);
+        zc_bs_frame_encode(&p, proof);
+        memcpy(proof + ZC_BS_HDR_LEN + ZC_BS_NONCE_LEN, nonce, ZC_BS_NONCE_LEN); /* a guess */
+        CHECK(send(fd, proof, sizeof(proof), MSG_NOSIGNAL) == (ssize_t)sizeof(proof), "send");
+    }
+    CHECK(read_reject(fd, reason) == 0, "claim of rank %u was not refused", rank);
+    fprintf(stderr, "attacker: claim of rank %u refused: %s\n", rank, reason);
+    CHECK(wait_closed(fd, 5) == 0, "the root kept the refused connection open");
+    close(fd);
+    return 0;
+}
+
+static int attack_replay(int port, uint64_t job, int secret)
+{
+    char reason[ZC_BS_REASON_MAX + 1], hex[32];
+    int fd = raw_connect(port, 10);
+    CHECK(fd >= 0, "cannot connect to the root");
+    CHECK(send_hello(fd, zc_bs_job_hash("another-job"), 1, 3) == 0, "send hello");
+    CHECK(read_reject(fd, reason) == 0, "another job's hello was not rejected");
+    close(fd);
+    fprintf(stderr, "attacker: rejected: %s\n", reason);
+    snprintf(hex, sizeof(hex), "%016" PRIx64, job);
+    const char *leak = strstr(reason, "receiver's 0x");
+    if (leak) {
+        /* replay what the root disclosed, and hold rank 1's slot */
+        uint64_t learned = strtoull(leak + strlen("receiver's 0x"), NULL, 16);
+        int thief = raw_connect(port, 10);
+        if (thief >= 0 && send_hello(thief, learned, 1, 3) == 0) {
+            fprintf(stderr, "attacker: replayed the disclosed hash 0x%016" PRIx64 "\n", learned);
+            __atomic_add_fetch(&shared->strangers_done, 1, __ATOMIC_SEQ_CST);
+            (void)wait_until(&shared->job_done, 1, 25);
+            close(thief);
+        }
+    }
+    CHECK(!strstr(reason, hex), "the REJECT disclosed the job hash %s: %s", hex, reason);
+    /* with a secret, knowing the job id (hence its hash) is not enough either */
+    return secret ? claim_refused(port, job, 1, 1) : 0;
+}
+
+static int attack_flood(int port, int count)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)count + 64) {
+        rl.rlim_cur = ZC_MIN(rl.rlim_max, (rlim_t)count + 64);
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    int *fds = malloc(sizeof(*fds) * (size_t)count);
+    CHECK(fds, "out of memory");
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(raw_connect(port, 10) >= 0, "the root never listened"); /* leaked on purpose: silent */
+    uint64_t start = zc_time_ns();
+    int opened = 0;
+    for (int i = 0; i < count; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (fds[i] >= 0 && connect(fds[i], (struct sockaddr *)&a, sizeof(a)) < 0 &&
+            errno != EINPROGRESS) {
+            close(fds[i]);
+            fds[i] = -1;
+        }
+        opened += fds[i] >= 0;
+        if (i == count / 10)
+            __atomic_add_fetch(&shared->strangers_done, 1, __ATOMIC_SEQ_CST);
+    }
+    fprintf(stderr, "attacker: %d connections opened in %.2f s\n", opened, elapsed_s(start));
+    (void)wait_until(&shared->job_done, 1, 25);
+    for (int i = 0; i < count; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(fds);
+    return 0;
+}
+
+static int attacker(const hostile_t *h, int port)
+{
+    uint64_t job = zc_bs_job_hash(getenv("ZIPCCL_JOB_ID"));
+    int rc = 0;
+    switch (h->attack) {
+    case ATTACK_NONE: break;
+    case ATTACK_REPLAY: rc = attack_replay(port, job, h->secret); break;
+    case ATTACK_RANK99: rc = claim_refused(port, job, 99, h->secret); break;
+    case ATTACK_DUPLICATE:
+        CHECK(wait_until(&shared->ready[1], 1, 10) == 0, "rank 1 never started");
+        sleep_s(0.5); /* rank 1 has joined by now */
+        rc = claim_refused(port, job, 1, h->secret);
+        break;
+    case ATTACK_FLOOD: return attack_flood(port, FLOOD_CONNECTIONS);
+    case ATTACK_SILENT: {
+        int fds[100];
+        for (int i = 0; i < 100; i++)
+            CHECK((fds[i] = raw_connect(port, 10)) >= 0, "cannot connect to the root");
+        __atomic_add_fetch(&shared->strangers_done, 1, __ATOMIC_SEQ_CST);
+        (void)wait_until(&shared->job_done, 1, 25);
+        for (int i = 0; i < 100; i++)
+            close(fds[i]);
+        return 0;
+    }
+    }
+    __atomic_add_fetch(&shared->strangers_done, 1, __ATOMIC_SEQ_CST);
+    return rc;
+}
+
+static int hostile_rank(int rank, int size, void *arg)
+{
+    const hostile_t *h = arg;
+    zc_bootstrap_t *bs = NULL;
+    rank_setup(rank);
+    if (rank == 3) {
+        zc_harness_step("attacking");
+        return attacker(h, root_port());
+    }
+    shared->ready[rank] = 1;
+    if (rank == 2 || (rank == 1 && h->attack != ATTACK_DUPLICATE)) {
+        zc_harness_step("waiting for the attack");
+        CHECK(wait_until(&shared->strangers_done, 1, 20) == 0, "the attack never started");
+    }
+    uint64_t start = zc_time_ns();
+    zc_status_t status = create_from_env(&bs);
+    double join_s = elapsed_s(start);
+    CHECK(status == ZC_OK, "create: %s", zc_status_string(status));
+    if (rank == 2)
+        fprintf(stderr, "rank 2 joined in %.3f s\n", join_s);
+    CHECK(join_s < 20, "joining took %.1f s, ZIPCCL_TIMEOUT_S is 20", join_s);
+    int rc = exercise(bs, rank, 3);
+    zc_bootstrap_destroy(bs);
+    if (rank == 0)
+        shared->job_done = 1;
+    return rc;
+}
+
+static int case_hostile(attack_t attack, int secret)
+{
+    hostile_t h = {.attack = attack, .secret = secret};
+    char *const plain[] = {"ZIPCCL_SIZE=3", "ZIPCCL_TIMEOUT_S=20", NULL};
+    char *const with_secret[] = {"ZIPCCL_SIZE=3", "ZIPCCL_TIMEOUT_S=20",
+                                 "ZIPCCL_JOB_SECRET=correct horse battery staple", NULL};
+    zc_harness_opts_t o = {.nranks = 4, .deadline_s = 60, .env = secret ? with_secret : plain};
+    uint64_t start = zc_time_ns();
+    int rc = zc_harness_run(&o, hostile_rank, &h);
+    fprintf(stderr, "the job ran in %.2f s\n", elapsed_s(start));
+    return rc != 0;
+}
+
+/*
+ * A member that announces a worker address of 1 TiB: the others must refuse it, naming the
+ * rank, and allocate nothing for it.
+ */
+static int huge_address_rank(int rank, int size, void *arg)
+{
+    zc_bootstrap_t *bs = NULL;
+    zc_config_t cfg;
+    rank_setup(rank);
+    CHECK(zc_config_load(NULL, &cfg) == ZC_OK, "config");
+    zc_status_t status = zc_bootstrap_tcp_create(&cfg, NULL, &bs);
+    CHECK(status == ZC_OK, "create: %s", zc_status_string(status));
+    if (rank == 2) {
+        uint64_t mine = UINT64_C(1) << 40, lens[3];
+        zc_harness_step("announcing 1 TiB");
+        (void)zc_bootstrap_allgather(bs, &mine, sizeof(mine), lens);
+        zc_bootstrap_destroy(bs);
+        return 0;
+    }
+    zc_ucx_comm_t *comm = NULL;
+    uint64_t start = zc_time_ns();
+    zc_harness_step("ucx comm create");
+    status = zc_ucx_comm_create(&cfg, bs, &comm);
+    CHECK(status == ZC_ERR_CORRUPT, "comm create: %s", zc_status_string(status));
+    CHECK(logged_has("rank 2 announced a worker address of 1099511627776 bytes"),
+          "the error does not name the liar and its length: %s", logged);
+    CHECK(elapsed_s(start) < 5, "failing took %.1f s", elapsed_s(start));
+    zc_bootstrap_destroy(bs);
+    return FAILED_AS_EXPECTED;
+}
+
+static int case_huge_address(void)
+{
+    char *const env[] = {"ZIPCCL_TIMEOUT_S=20", NULL};
+    zc_harness_opts_t o = {.nranks = 3,
+                           .deadline_s = 60,
+                           .expect_fail_mask = 0x3,
+                           .expect_fail_status = FAILED_AS_EXPECTED,
+                           .env = env};
+    return zc_harness_run(&o, huge_address_rank, NULL) != 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *name = argc > 1 ? argv[1] : "";
@@ -443,14 +731,33 @@ int main(int argc, char **argv)
     else if (strcmp(name, "stranger") == 0)
         rc = case_stranger();
     else if (strcmp(name, "duplicate") == 0)
-        rc = case_duplicate();
+        rc = case_duplicate(0);
+    else if (strcmp(name, "duplicate+secret") == 0)
+        rc = case_duplicate(1);
     else if (strcmp(name, "mismatch") == 0)
         rc = case_mismatch();
     else if (strcmp(name, "killed") == 0)
         rc = case_killed(2);
     else if (strcmp(name, "killed-root") == 0)
         rc = case_killed(0);
-    else {
+    else if (strcmp(name, "huge-address") == 0)
+        rc = case_huge_address();
+    else if (strncmp(name, "hostile-", 8) == 0) {
+        static const char *const attacks[] = {"none",      "replay", "rank99",
+                                              "duplicate", "flood",  "silent"};
+        const char *a = name + 8;
+        size_t alen = strcspn(a, "+");
+        int secret = strcmp(a + alen, "+secret") == 0;
+        rc = -1;
+        for (size_t i = 0; i < ZC_ARRAY_SIZE(attacks); i++)
+            if (strlen(attacks[i]) == alen && strncmp(a, attacks[i], alen) == 0 &&
+                (secret || a[alen] == '\0'))
+                rc = case_hostile((attack_t)i, secret);
+        if (rc < 0) {
+            fprintf(stderr, "unknown case '%s'\n", name);
+            return 2;
+        }
+    } else {
         fprintf(stderr, "usage: %s CASE (unknown case '%s')\n", argv[0], name);
         return 2;
     }

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/timer.h"
+#include "transport/bootstrap/auth.h"
 #include "transport/bootstrap/sock.h"
 #include "transport/bootstrap/wire.h"
 
@@ -24,8 +25,6 @@
 
 #define ADDR_MAX 80
 #define MSG_MAX 512
-/* Connections rank 0 holds while it waits for their hello; more close the oldest. */
-#define PENDING_MAX 64
 
 typedef struct peer_rx {
     uint8_t hdr[ZC_BS_HDR_LEN];
@@ -50,7 +49,9 @@ typedef struct tcp_bs {
     uint32_t seq;                /* number of the current (or last) operation */
     char op[32];                 /* "allgather #3" or "the handshake", for messages */
     zc_status_t failed;          /* sticky: the first error, returned by every later call */
-    char reason[MSG_MAX];        /* rank 0: what it sends in ABORT */
+    int has_secret;              /* membership is proven with key (auth.h) */
+    uint8_t key[ZC_BS_KEY_LEN];
+    char reason[MSG_MAX]; /* rank 0: what it sends in ABORT */
 } tcp_bs_t;
 
 static uint64_t deadline_after(int seconds)
@@ -102,12 +103,12 @@ static zc_status_t send_frame(int fd, const zc_bs_frame_t *frame, const void *pa
 }
 
 /* Best effort, 100 ms at most: a REJECT or ABORT to a peer that may be gone or not reading. */
-static void send_reason(int fd, uint64_t job, zc_bs_msg_t type, uint32_t seq, zc_status_t status,
-                        const char *reason)
+static void send_reason(int fd, uint64_t job, zc_bs_msg_t type, uint32_t seq, uint32_t arg,
+                        zc_status_t status, const char *reason)
 {
     uint8_t payload[4 + ZC_BS_REASON_MAX];
     size_t len = zc_bs_reason_encode(status, reason, payload);
-    zc_bs_frame_t f = zc_bs_frame_make(job, type, 0, seq, len, 0);
+    zc_bs_frame_t f = zc_bs_frame_make(job, type, 0, seq, len, arg);
     int err;
     (void)send_frame(fd, &f, payload, zc_time_ns() + 100000000ull, &err);
 }
@@ -130,7 +131,7 @@ static zc_status_t root_fail(tcp_bs_t *t, zc_status_t status, const char *fmt, .
     t->failed = status;
     for (int r = 1; r < t->size; r++) {
         if (t->fds[r] >= 0) {
-            send_reason(t->fds[r], t->job, ZC_BS_MSG_ABORT, t->seq, status, t->reason);
+            send_reason(t->fds[r], t->job, ZC_BS_MSG_ABORT, t->seq, 0, status, t->reason);
             (void)shutdown(t->fds[r], SHUT_WR);
         }
     }
@@ -443,6 +444,7 @@ static void tcp_destroy(void *ctx)
     free(t->rx);
     free(t->pfd);
     free(t->pfd_rank);
+    zc_bs_key_wipe(t->key);
     free(t);
 }
 
@@ -456,103 +458,335 @@ static const zc_bootstrap_ops_t tcp_ops = {
 
 /* ---- joining: rank 0 accepts ---------------------------------------------------------------- */
 
+/* Connections accepted per poll round, so that pending hellos are read between bursts. */
+#define ACCEPT_BURST 128
+
+typedef enum pending_state {
+    PENDING_HELLO, /* connected; its hello has not all arrived */
+    PENDING_PROOF, /* challenged; its proof has not all arrived */
+} pending_state_t;
+
 typedef struct pending_conn {
     int fd;
-    uint8_t hdr[ZC_BS_HDR_LEN];
+    pending_state_t state;
+    uint8_t buf[ZC_BS_HDR_LEN + ZC_BS_PROOF_LEN]; /* the hello, or the proof frame */
     size_t got;
+    uint64_t expires;      /* closed then, unless it moved on */
+    zc_bs_transcript_t tr; /* PENDING_PROOF: the claim and rank 0's nonce */
     char addr[ADDR_MAX];
 } pending_conn_t;
 
-static void pending_drop(pending_conn_t *pend, int *npend, int i)
+typedef struct accept_state {
+    pending_conn_t pend[ZC_BOOTSTRAP_PENDING_MAX];
+    int npend;
+    int joined;
+} accept_state_t;
+
+/*
+ * A refused connection is worth a warning, but a stranger (or a rank retrying a
+ * taken slot) may knock many times a second: once per second per message.
+ */
+#define REFUSAL_WARN(...) ZC_LOG_RATELIMIT(ZC_LOG_WARN, 1000, __VA_ARGS__)
+
+/* Closes pend[i]; the last entry takes its place. */
+static void pending_drop(accept_state_t *a, int i)
 {
-    close(pend[i].fd);
-    pend[i] = pend[--*npend];
+    close(a->pend[i].fd);
+    a->pend[i] = a->pend[--a->npend];
 }
 
 /*
- * Judges a complete hello from pend[i]: joins it, drops or rejects a stranger
- * (returns ZC_OK, not counted), or fails the job.
+ * Refuses pend[i] with a REJECT carrying @p reason (for the peer: nothing of this
+ * job) and closes it; @p retry says whether the claim may pass later.
  */
-static zc_status_t root_hello(tcp_bs_t *t, pending_conn_t *pend, int *npend, int i, int *joined)
+static void pending_refuse(accept_state_t *a, int i, uint64_t job, int retry, const char *reason)
 {
-    pending_conn_t *c = &pend[i];
+    send_reason(a->pend[i].fd, job, ZC_BS_MSG_REJECT, 0, retry ? ZC_BS_REJECT_RETRY : 0,
+                ZC_ERR_MISMATCH, reason);
+    pending_drop(a, i);
+}
+
+/* Rank @p r's claim on pend[i] is accepted: it leaves the pending list for fds[r]. */
+static void pending_join(tcp_bs_t *t, accept_state_t *a, int i, uint32_t r)
+{
+    pending_conn_t *c = &a->pend[i];
+    uint8_t mac[ZC_BS_MAC_LEN];
+    size_t len = 0;
+    int err;
+    if (t->has_secret) {
+        zc_bs_mac(t->key, ZC_BS_ROLE_ROOT, &c->tr, mac);
+        len = sizeof(mac);
+    }
+    zc_bs_frame_t f = zc_bs_frame_make(t->job, ZC_BS_MSG_JOINED, 0, 0, len, 0);
+    if (send_frame(c->fd, &f, mac, zc_time_ns() + 100000000ull, &err) != ZC_OK) {
+        ZC_DEBUG("bootstrap: rank %u (%s) went away before it was told it joined", r, c->addr);
+        pending_drop(a, i);
+        return;
+    }
+    t->fds[r] = c->fd;
+    snprintf(t->peer_addr[r], ADDR_MAX, "%s", c->addr);
+    a->joined++;
+    a->pend[i] = a->pend[--a->npend];
+    ZC_DEBUG("bootstrap: rank %u joined from %s (%d of %d)", r, t->peer_addr[r], a->joined,
+             t->size - 1);
+}
+
+/* Judges the complete hello of pend[i]: refuses it, challenges it, or (no secret) joins it. */
+static void root_hello(tcp_bs_t *t, accept_state_t *a, int i)
+{
+    pending_conn_t *c = &a->pend[i];
     zc_bs_frame_t f;
     char why[MSG_MAX];
 
-    zc_bs_frame_decode(c->hdr, &f);
+    zc_bs_frame_decode(c->buf, &f);
     zc_status_t status = zc_bs_frame_check_job(&f, t->job, why, sizeof(why));
     if (status == ZC_ERR_CORRUPT) {
-        ZC_WARN("bootstrap: rank 0 dropped a connection from %s: %s", c->addr, why);
-        pending_drop(pend, npend, i);
-        return ZC_OK;
-    }
-    if (status == ZC_OK && (f.type != ZC_BS_MSG_HELLO || f.seq != 0 || f.len != 0)) {
-        snprintf(why, sizeof(why), "expected a hello, got a %s message of %llu bytes",
-                 zc_bs_msg_name(f.type), (unsigned long long)f.len);
-        status = ZC_ERR_MISMATCH;
+        REFUSAL_WARN("bootstrap: rank 0 dropped a connection from %s: %s", c->addr, why);
+        pending_drop(a, i);
+        return;
     }
     if (status != ZC_OK) {
-        ZC_WARN("bootstrap: rank 0 rejected a connection from %s: %s", c->addr, why);
-        send_reason(c->fd, f.job, ZC_BS_MSG_REJECT, 0, status, why);
-        pending_drop(pend, npend, i);
-        return ZC_OK;
+        REFUSAL_WARN("bootstrap: rank 0 rejected a connection from %s: %s", c->addr, why);
+        pending_refuse(a, i, f.job, 0,
+                       "rank 0 belongs to another job: the job ids differ (ZIPCCL_JOB_ID or the "
+                       "launcher's job id)");
+        return;
+    }
+    if (f.type != ZC_BS_MSG_HELLO || f.seq != 0 || f.len != 0) {
+        snprintf(why, sizeof(why), "expected a hello, got a %s message of %llu bytes",
+                 zc_bs_msg_name(f.type), (unsigned long long)f.len);
+        REFUSAL_WARN("bootstrap: rank 0 rejected a connection from %s: %s", c->addr, why);
+        pending_refuse(a, i, f.job, 0, why);
+        return;
+    }
+    /* a claim of this job: refused alone when wrong, whoever sent it */
+    int retry = 0;
+    if (f.arg != (uint32_t)t->size)
+        snprintf(why, sizeof(why),
+                 "rank %u says the job has %u ranks, rank 0 says %d (ZIPCCL_SIZE or the "
+                 "launcher's size differs)",
+                 f.rank, f.arg, t->size);
+    else if (f.rank == 0 || f.rank >= (uint32_t)t->size)
+        snprintf(why, sizeof(why), "rank %u is outside 1..%d", f.rank, t->size - 1);
+    else if (t->fds[f.rank] >= 0 && !t->has_secret)
+        retry = snprintf(why, sizeof(why), "rank %u has already joined", f.rank) > 0;
+    else
+        why[0] = '\0';
+    if (why[0]) {
+        if (retry)
+            REFUSAL_WARN(
+                "bootstrap: rank 0 refused a connection from %s: %s from %s (a stranger, or "
+                "two processes with the same rank)",
+                c->addr, why, t->peer_addr[f.rank]);
+        else
+            REFUSAL_WARN("bootstrap: rank 0 refused a connection from %s: %s", c->addr, why);
+        pending_refuse(a, i, f.job, retry, why);
+        return;
+    }
+    if (!t->has_secret) {
+        pending_join(t, a, i, f.rank);
+        return;
     }
 
-    /* a process of this job: anything wrong now is the job's failure */
-    if (f.arg != (uint32_t)t->size) {
-        snprintf(why, sizeof(why),
-                 "rank %u (from %s) says the job has %u ranks, rank 0 says %d (ZIPCCL_SIZE or the "
-                 "launcher's size differs)",
-                 f.rank, c->addr, f.arg, t->size);
-    } else if (f.rank == 0 || f.rank >= (uint32_t)t->size) {
-        snprintf(why, sizeof(why), "a process from %s claims rank %u, outside 1..%d", c->addr,
-                 f.rank, t->size - 1);
-    } else if (t->fds[f.rank] >= 0) {
-        snprintf(why, sizeof(why), "rank %u connected twice: from %s and from %s", f.rank,
-                 t->peer_addr[f.rank], c->addr);
-    } else {
-        t->fds[f.rank] = c->fd;
-        snprintf(t->peer_addr[f.rank], ADDR_MAX, "%s", c->addr);
-        (*joined)++;
-        pend[i] = pend[--*npend];
-        ZC_DEBUG("bootstrap: rank %u joined from %s (%d of %d)", f.rank, c->addr, *joined,
-                 t->size - 1);
+    int err;
+    c->tr = (zc_bs_transcript_t){.job = t->job, .rank = f.rank, .size = (uint32_t)t->size};
+    zc_bs_frame_t ch = zc_bs_frame_make(t->job, ZC_BS_MSG_CHALLENGE, 0, 0, ZC_BS_NONCE_LEN, 0);
+    if (zc_bs_random(c->tr.nonce_root, sizeof(c->tr.nonce_root)) != ZC_OK ||
+        send_frame(c->fd, &ch, c->tr.nonce_root, zc_time_ns() + 100000000ull, &err) != ZC_OK) {
+        ZC_DEBUG("bootstrap: cannot challenge the connection from %s", c->addr);
+        pending_drop(a, i);
+        return;
+    }
+    c->state = PENDING_PROOF;
+    c->got = 0;
+    c->expires = zc_time_ns() + ZC_BOOTSTRAP_STEP_MS * 1000000ull;
+}
+
+/* Judges the complete proof of pend[i]: joins it, refuses it, or fails the job. */
+static zc_status_t root_proof(tcp_bs_t *t, accept_state_t *a, int i)
+{
+    pending_conn_t *c = &a->pend[i];
+    zc_bs_frame_t f;
+    char why[MSG_MAX];
+    zc_bs_expect_t e = {.job = t->job,
+                        .type = ZC_BS_MSG_PROOF,
+                        .rank = c->tr.rank,
+                        .seq = 0,
+                        .len = ZC_BS_PROOF_LEN,
+                        .arg = 0};
+
+    zc_bs_frame_decode(c->buf, &f);
+    if (zc_bs_frame_check(&f, &e, why, sizeof(why)) != ZC_OK) {
+        REFUSAL_WARN("bootstrap: rank 0 refused a connection from %s claiming rank %u: %s", c->addr,
+                     c->tr.rank, why);
+        pending_refuse(a, i, t->job, 0, why);
         return ZC_OK;
     }
-    send_reason(c->fd, t->job, ZC_BS_MSG_REJECT, 0, ZC_ERR_MISMATCH, why);
-    pending_drop(pend, npend, i);
-    return root_fail(t, ZC_ERR_MISMATCH, "%s", why);
+    const uint8_t *payload = c->buf + ZC_BS_HDR_LEN;
+    memcpy(c->tr.nonce_rank, payload, ZC_BS_NONCE_LEN);
+    if (!zc_bs_mac_verify(t->key, ZC_BS_ROLE_RANK, &c->tr, payload + ZC_BS_NONCE_LEN)) {
+        REFUSAL_WARN(
+            "bootstrap: rank 0 refused a connection from %s claiming rank %u: wrong proof of "
+            "the job secret (a process of another job or no process of this one)",
+            c->addr, c->tr.rank);
+        pending_refuse(a, i, t->job, 0,
+                       "wrong proof of the job secret (ZIPCCL_JOB_SECRET must be the same on "
+                       "every rank)");
+        return ZC_OK;
+    }
+    uint32_t r = c->tr.rank;
+    if (t->fds[r] >= 0) {
+        /* proven: two processes of this job think they are rank r */
+        snprintf(why, sizeof(why), "rank %u connected twice: from %s and from %s", r,
+                 t->peer_addr[r], c->addr);
+        pending_refuse(a, i, t->job, 0, why);
+        return root_fail(t, ZC_ERR_MISMATCH, "%s", why);
+    }
+    pending_join(t, a, i, r);
+    return ZC_OK;
+}
+
+/* Reads what pend[i] sent; judges a complete hello or proof. */
+static zc_status_t pending_read(tcp_bs_t *t, accept_state_t *a, int i)
+{
+    pending_conn_t *c = &a->pend[i];
+    size_t want = ZC_BS_HDR_LEN + (c->state == PENDING_PROOF ? ZC_BS_PROOF_LEN : 0);
+    int err = 0;
+    if (zc_bs_recv_some(c->fd, c->buf, want, &c->got, &err) != ZC_OK) {
+        ZC_DEBUG("bootstrap: a connection from %s closed before its %s", c->addr,
+                 c->state == PENDING_PROOF ? "proof" : "hello");
+        pending_drop(a, i);
+        return ZC_OK;
+    }
+    if (c->got < want)
+        return ZC_OK;
+    if (c->state == PENDING_HELLO) {
+        root_hello(t, a, i);
+        return ZC_OK;
+    }
+    return root_proof(t, a, i);
+}
+
+/*
+ * Makes room for one more pending connection: evicts the oldest that sent no
+ * hello (warned about once, in *@p flood_p); 0 if every slot holds a challenged claim.
+ */
+static int pending_make_room(accept_state_t *a, int *flood_p)
+{
+    if (a->npend < ZC_BOOTSTRAP_PENDING_MAX)
+        return 1;
+    int oldest = -1;
+    for (int i = 0; i < a->npend; i++) {
+        if (a->pend[i].state == PENDING_HELLO &&
+            (oldest < 0 || a->pend[i].expires < a->pend[oldest].expires))
+            oldest = i;
+    }
+    if (oldest < 0)
+        return 0; /* they expire within ZC_BOOTSTRAP_STEP_MS */
+    if (!*flood_p)
+        ZC_WARN("bootstrap: rank 0 holds %d connections that have not joined; each new one now "
+                "closes the oldest that sent no hello (the first from %s)",
+                ZC_BOOTSTRAP_PENDING_MAX, a->pend[oldest].addr);
+    *flood_p = 1;
+    pending_drop(a, oldest);
+    return 1;
+}
+
+/* Accepts what waits on @p lfd (ACCEPT_BURST at most) and reads the hellos already there. */
+static zc_status_t root_accept_burst(tcp_bs_t *t, accept_state_t *a, int lfd, int *flood_p)
+{
+    for (int n = 0; n < ACCEPT_BURST; n++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            break; /* EAGAIN; or a connection reset before we took it */
+        if (!pending_make_room(a, flood_p)) {
+            close(fd);
+            continue;
+        }
+        set_nodelay(fd);
+        pending_conn_t *c = &a->pend[a->npend++];
+        *c = (pending_conn_t){.fd = fd,
+                              .state = PENDING_HELLO,
+                              .expires = zc_time_ns() + ZC_BOOTSTRAP_STEP_MS * 1000000ull};
+        zc_bs_addr_string((struct sockaddr *)&ss, sl, c->addr, ADDR_MAX);
+        /* a rank sends its hello with its connect: judge it before the next accept */
+        ZC_CHECK(pending_read(t, a, a->npend - 1));
+    }
+    return ZC_OK;
+}
+
+/*
+ * A joined rank's connection became readable before every rank joined: it hung
+ * up or sent early. With a secret it was proven, and the job fails; without one
+ * it may have been anyone, and its rank is free again.
+ */
+static zc_status_t root_joined_event(tcp_bs_t *t, accept_state_t *a, int r)
+{
+    char byte;
+    ssize_t got = recv(t->fds[r], &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (got < 0 && (errno == EAGAIN || errno == EINTR))
+        return ZC_OK;
+    const char *what = got > 0 ? "sent data" : "closed its connection";
+    if (t->has_secret)
+        return root_fail(t, got == 0 ? ZC_ERR_IO : ZC_ERR_MISMATCH,
+                         "rank %d (%s) %s before every rank joined", r, t->peer_addr[r], what);
+    ZC_WARN("bootstrap: rank %d (%s) %s before every rank joined; rank %d is free again", r,
+            t->peer_addr[r], what, r);
+    close(t->fds[r]);
+    t->fds[r] = -1;
+    a->joined--;
+    return ZC_OK;
 }
 
 /* Accepts the ranks on @p lfd (a listening socket it closes), or on @p port when @p lfd is -1. */
 static zc_status_t root_accept(tcp_bs_t *t, int port, int lfd, uint64_t deadline)
 {
-    pending_conn_t pend[PENDING_MAX];
+    accept_state_t *a = calloc(1, sizeof(*a));
     struct pollfd *pfd = t->pfd;
     int *pfd_what = t->pfd_rank; /* -1 listener, >= 0 pending index, else -rank-2 */
-    int npend = 0, joined = 0, err = 0;
+    int err = 0, flood = 0;
     zc_status_t status = ZC_OK;
 
+    if (!a) {
+        ZC_ERROR("bootstrap: out of memory for rank 0's pending connections");
+        if (lfd >= 0)
+            close(lfd);
+        return ZC_ERR_NO_MEMORY;
+    }
     if (lfd >= 0 && zc_bs_set_nonblock(lfd) < 0) {
         ZC_ERROR("bootstrap: rank 0 cannot use the listening socket it was given (port %d): %s",
                  port, strerror(errno));
-        close(lfd);
-        return ZC_ERR_IO;
+        status = ZC_ERR_IO;
+        goto out_close_listener;
     }
     if (lfd < 0 && zc_bs_listen(port, &lfd, &err) != ZC_OK) {
         ZC_ERROR("bootstrap: rank 0 cannot listen on port %d: %s (is another job or rank 0 using "
                  "it? ZIPCCL_ROOT names the port)",
                  port, strerror(err));
-        return ZC_ERR_IO;
+        lfd = -1;
+        status = ZC_ERR_IO;
+        goto out_close_listener;
     }
 
-    while (joined < t->size - 1) {
+    while (a->joined < t->size - 1) {
+        uint64_t now = zc_time_ns(), wake = deadline;
+        for (int i = a->npend - 1; i >= 0; i--) {
+            if (a->pend[i].expires <= now) {
+                ZC_DEBUG("bootstrap: the connection from %s sent no %s within %d ms; closed",
+                         a->pend[i].addr, a->pend[i].state == PENDING_PROOF ? "proof" : "hello",
+                         ZC_BOOTSTRAP_STEP_MS);
+                pending_drop(a, i);
+            }
+        }
         int n = 0;
         pfd[n] = (struct pollfd){.fd = lfd, .events = POLLIN};
         pfd_what[n++] = -1;
-        for (int i = 0; i < npend; i++) {
-            pfd[n] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+        for (int i = 0; i < a->npend; i++) {
+            pfd[n] = (struct pollfd){.fd = a->pend[i].fd, .events = POLLIN};
             pfd_what[n++] = i;
+            wake = ZC_MIN(wake, a->pend[i].expires);
         }
         for (int r = 1; r < t->size; r++) {
             if (t->fds[r] >= 0) {
@@ -560,10 +794,10 @@ static zc_status_t root_accept(tcp_bs_t *t, int port, int lfd, uint64_t deadline
                 pfd_what[n++] = -r - 2;
             }
         }
-        int ready = poll(pfd, (nfds_t)n, zc_bs_poll_timeout_ms(deadline));
+        int ready = poll(pfd, (nfds_t)n, zc_bs_poll_timeout_ms(wake));
         if (ready < 0 && errno != EINTR) {
             status = root_fail(t, ZC_ERR_IO, "poll failed while ranks joined: %s", strerror(errno));
-            goto out_close_pending;
+            goto out_close_listener;
         }
         if (ready <= 0) {
             if (zc_time_ns() < deadline)
@@ -572,56 +806,21 @@ static zc_status_t root_accept(tcp_bs_t *t, int port, int lfd, uint64_t deadline
             missing_ranks(t, 1, list, sizeof(list));
             status = root_fail(t, ZC_ERR_TIMEOUT,
                                "rank%s %s did not connect to rank 0 (port %d) within %d s",
-                               t->size - 1 - joined > 1 ? "s" : "", list, port, t->timeout_s);
-            goto out_close_pending;
+                               t->size - 1 - a->joined > 1 ? "s" : "", list, port, t->timeout_s);
+            goto out_close_listener;
         }
-        /* joined ranks first: pend indices below stay valid until the pending loop */
-        for (int k = n - 1; k >= 0; k--) {
+        /* joined ranks, then pending ones from the last: a drop moves only entries seen already */
+        for (int k = n - 1; k >= 1; k--) {
             if (!pfd[k].revents)
                 continue;
             int what = pfd_what[k];
-            if (what <= -2) {
-                int r = -what - 2;
-                char byte;
-                ssize_t got = recv(t->fds[r], &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-                if (got < 0 && (errno == EAGAIN || errno == EINTR))
-                    continue;
-                status = root_fail(t, got == 0 ? ZC_ERR_IO : ZC_ERR_MISMATCH,
-                                   "rank %d (%s) %s before every rank joined", r, t->peer_addr[r],
-                                   got > 0 ? "sent data" : "closed its connection");
-                goto out_close_pending;
-            }
-            if (what >= 0) {
-                pending_conn_t *c = &pend[what];
-                zc_status_t s = zc_bs_recv_some(c->fd, c->hdr, sizeof(c->hdr), &c->got, &err);
-                if (s != ZC_OK) {
-                    ZC_DEBUG("bootstrap: a connection from %s closed before its hello", c->addr);
-                    pending_drop(pend, &npend, what);
-                } else if (c->got == sizeof(c->hdr)) {
-                    ZC_CHECK_GOTO(root_hello(t, pend, &npend, what, &joined), status,
-                                  out_close_pending);
-                }
-                continue;
-            }
-            for (;;) {
-                struct sockaddr_storage ss;
-                socklen_t sl = sizeof(ss);
-                int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-                if (fd < 0)
-                    break; /* EAGAIN; or a connection reset before we took it */
-                if (npend == PENDING_MAX) {
-                    ZC_WARN("bootstrap: rank 0 holds %d connections that sent no hello; dropping "
-                            "the one from %s",
-                            PENDING_MAX, pend[0].addr);
-                    pending_drop(pend, &npend, 0);
-                }
-                set_nodelay(fd);
-                pend[npend].fd = fd;
-                pend[npend].got = 0;
-                zc_bs_addr_string((struct sockaddr *)&ss, sl, pend[npend].addr, ADDR_MAX);
-                npend++;
-            }
+            if (what <= -2)
+                ZC_CHECK_GOTO(root_joined_event(t, a, -what - 2), status, out_close_listener);
+            else
+                ZC_CHECK_GOTO(pending_read(t, a, what), status, out_close_listener);
         }
+        if (pfd[0].revents)
+            ZC_CHECK_GOTO(root_accept_burst(t, a, lfd, &flood), status, out_close_listener);
     }
 
     zc_bs_frame_t welcome = zc_bs_frame_make(t->job, ZC_BS_MSG_WELCOME, 0, 0, 0, 0);
@@ -635,14 +834,16 @@ static zc_status_t root_accept(tcp_bs_t *t, int port, int lfd, uint64_t deadline
             else
                 io_message(why, sizeof(why), r, t->peer_addr[r], err, "before every rank joined");
             status = root_fail(t, s, "%s", why);
-            goto out_close_pending;
+            goto out_close_listener;
         }
     }
 
-out_close_pending:
-    while (npend > 0)
-        pending_drop(pend, &npend, 0);
-    close(lfd);
+out_close_listener:
+    while (a->npend > 0)
+        pending_drop(a, 0);
+    free(a);
+    if (lfd >= 0)
+        close(lfd);
     return status;
 }
 
@@ -708,7 +909,12 @@ static int connect_once(const struct addrinfo *ai, uint64_t deadline, int *err_p
     return fd;
 }
 
-static zc_status_t rank_connect(tcp_bs_t *t, const char *host, int port, uint64_t deadline)
+/*
+ * Connects t->fds[0] to rank 0, retrying until @p deadline. @p earlier (or NULL):
+ * why an earlier connection of this rank did not join, for the message.
+ */
+static zc_status_t rank_connect(tcp_bs_t *t, const char *host, int port, uint64_t deadline,
+                                const char *earlier)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *ais = NULL;
@@ -753,15 +959,177 @@ static zc_status_t rank_connect(tcp_bs_t *t, const char *host, int port, uint64_
     if (ais)
         freeaddrinfo(ais);
     ZC_ERROR("bootstrap: rank %d could not connect to rank 0 at %s within %d s (%d attempts, last "
-             "error: %s)",
-             t->rank, t->root_addr, t->timeout_s, attempts, last);
+             "error: %s)%s%s",
+             t->rank, t->root_addr, t->timeout_s, attempts, last,
+             earlier ? "; before that it could not join: " : "", earlier ? earlier : "");
     return ZC_ERR_TIMEOUT;
+}
+
+/*
+ * Reads rank 0's next handshake frame into @p f, and its payload (at most @p max
+ * bytes) into @p payload. A REJECT returns the status it carries, with rank 0's
+ * reason in @p why and whether the claim may pass later in *@p retry_p; a
+ * connection that closes before rank 0 accepted this rank is retried too. Does
+ * not log: the caller decides whether this attempt was the last.
+ */
+static zc_status_t hs_recv(tcp_bs_t *t, zc_bs_frame_t *f, uint8_t *payload, size_t max,
+                           uint64_t deadline, char *why, size_t why_len, int *retry_p)
+{
+    uint8_t hdr[ZC_BS_HDR_LEN], reject[4 + ZC_BS_REASON_MAX];
+    char text[256], reason[ZC_BS_REASON_MAX + 1];
+    zc_status_t carried;
+    int err = 0;
+
+    zc_status_t status = zc_bs_recv_all(t->fds[0], hdr, sizeof(hdr), deadline, &err);
+    if (status == ZC_OK) {
+        zc_bs_frame_decode(hdr, f);
+        status = zc_bs_frame_check_job(f, t->job, text, sizeof(text));
+        if (status != ZC_OK) {
+            snprintf(why, why_len, "rank 0 at %s in the handshake: %s", t->root_addr, text);
+            return status;
+        }
+        if (f->type == ZC_BS_MSG_REJECT ? f->len < 4 || f->len > sizeof(reject) : f->len > max) {
+            snprintf(why, why_len, "rank 0 at %s sent a %s of %llu bytes in the handshake",
+                     t->root_addr, zc_bs_msg_name(f->type), (unsigned long long)f->len);
+            return ZC_ERR_CORRUPT;
+        }
+        uint8_t *dst = f->type == ZC_BS_MSG_REJECT ? reject : payload;
+        status = zc_bs_recv_all(t->fds[0], dst, (size_t)f->len, deadline, &err);
+    }
+    if (status == ZC_ERR_TIMEOUT) {
+        snprintf(why, why_len, "rank %d timed out after %d s in the handshake with rank 0 at %s",
+                 t->rank, t->timeout_s, t->root_addr);
+        return status;
+    }
+    if (status != ZC_OK) {
+        snprintf(text, sizeof(text), "before it accepted rank %d", t->rank);
+        io_message(why, why_len, 0, t->root_addr, err, text);
+        *retry_p = 1;
+        return status;
+    }
+    if (f->type != ZC_BS_MSG_REJECT)
+        return ZC_OK;
+    if (zc_bs_reason_decode(reject, (size_t)f->len, &carried, reason) != ZC_OK)
+        carried = ZC_ERR_INTERNAL; /* the length was checked above */
+    snprintf(why, why_len, "rank 0 at %s rejected rank %d: %s", t->root_addr, t->rank, reason);
+    *retry_p = f->arg == ZC_BS_REJECT_RETRY;
+    return carried;
+}
+
+/* Checks a handshake frame from rank 0 against what comes next; the mismatch in @p why. */
+static zc_status_t hs_expect(tcp_bs_t *t, const zc_bs_frame_t *f, zc_bs_msg_t type, uint64_t len,
+                             char *why, size_t why_len)
+{
+    char text[256];
+    zc_bs_expect_t e = {.job = t->job, .type = type, .rank = 0, .seq = 0, .len = len, .arg = 0};
+    zc_status_t status = zc_bs_frame_check(f, &e, text, sizeof(text));
+    if (status != ZC_OK)
+        snprintf(why, why_len, "rank 0 at %s in the handshake: %s", t->root_addr, text);
+    return status;
+}
+
+/*
+ * Sends @p f (with @p payload), then reads rank 0's answer into @p f and @p reply
+ * (hs_recv). @p payload and @p reply may be the same buffer. A connection that
+ * fails is worth another attempt (*@p retry_p).
+ */
+static zc_status_t hs_send_recv(tcp_bs_t *t, zc_bs_frame_t *f, const void *payload, uint8_t *reply,
+                                size_t max, uint64_t deadline, char *why, size_t why_len,
+                                int *retry_p)
+{
+    char when[64];
+    int err = 0;
+    zc_status_t status = send_frame(t->fds[0], f, payload, deadline, &err);
+    if (status == ZC_OK)
+        status = hs_recv(t, f, reply, max, deadline, why, why_len, retry_p);
+    else if (status == ZC_ERR_TIMEOUT)
+        snprintf(why, why_len, "rank %d timed out after %d s in the handshake with rank 0 at %s",
+                 t->rank, t->timeout_s, t->root_addr);
+    else {
+        snprintf(when, sizeof(when), "before it accepted rank %d", t->rank);
+        io_message(why, why_len, 0, t->root_addr, err, when);
+    }
+    *retry_p |= status == ZC_ERR_IO;
+    return status;
+}
+
+/*
+ * One attempt at joining over t->fds[0]: hello, then (with a secret) challenge
+ * and proof, until rank 0 says JOINED. A failure is described in @p why;
+ * *@p retry_p says whether another connection may succeed.
+ */
+static zc_status_t rank_handshake(tcp_bs_t *t, uint64_t deadline, char *why, size_t why_len,
+                                  int *retry_p)
+{
+    uint8_t payload[ZC_BS_PROOF_LEN];
+    zc_bs_transcript_t tr = {.job = t->job, .rank = (uint32_t)t->rank, .size = (uint32_t)t->size};
+    zc_bs_frame_t f;
+
+    *retry_p = 0;
+    f = zc_bs_frame_make(t->job, ZC_BS_MSG_HELLO, (uint32_t)t->rank, 0, 0, (uint32_t)t->size);
+    ZC_CHECK(hs_send_recv(t, &f, NULL, payload, ZC_BS_NONCE_LEN, deadline, why, why_len, retry_p));
+
+    if (t->has_secret) {
+        if (f.type == ZC_BS_MSG_JOINED) {
+            snprintf(why, why_len,
+                     "rank 0 at %s has no job secret and rank %d has one (set ZIPCCL_JOB_SECRET "
+                     "on every rank or on none)",
+                     t->root_addr, t->rank);
+            return ZC_ERR_MISMATCH;
+        }
+        ZC_CHECK(hs_expect(t, &f, ZC_BS_MSG_CHALLENGE, ZC_BS_NONCE_LEN, why, why_len));
+        memcpy(tr.nonce_root, payload, ZC_BS_NONCE_LEN);
+        if (zc_bs_random(tr.nonce_rank, sizeof(tr.nonce_rank)) != ZC_OK) {
+            snprintf(why, why_len, "rank %d cannot draw a nonce (libsodium failed to start)",
+                     t->rank);
+            return ZC_ERR_INTERNAL;
+        }
+        memcpy(payload, tr.nonce_rank, ZC_BS_NONCE_LEN);
+        zc_bs_mac(t->key, ZC_BS_ROLE_RANK, &tr, payload + ZC_BS_NONCE_LEN);
+        f = zc_bs_frame_make(t->job, ZC_BS_MSG_PROOF, (uint32_t)t->rank, 0, ZC_BS_PROOF_LEN, 0);
+        ZC_CHECK(
+            hs_send_recv(t, &f, payload, payload, ZC_BS_MAC_LEN, deadline, why, why_len, retry_p));
+    } else if (f.type == ZC_BS_MSG_CHALLENGE) {
+        snprintf(why, why_len,
+                 "rank 0 at %s requires a job secret and rank %d has none (set ZIPCCL_JOB_SECRET "
+                 "on every rank or on none)",
+                 t->root_addr, t->rank);
+        return ZC_ERR_MISMATCH;
+    }
+    ZC_CHECK(hs_expect(t, &f, ZC_BS_MSG_JOINED, t->has_secret ? ZC_BS_MAC_LEN : 0, why, why_len));
+    if (t->has_secret && !zc_bs_mac_verify(t->key, ZC_BS_ROLE_ROOT, &tr, payload)) {
+        snprintf(why, why_len,
+                 "the process listening at %s cannot prove it knows the job secret: it is not "
+                 "rank 0 of this job",
+                 t->root_addr);
+        return ZC_ERR_MISMATCH;
+    }
+    return ZC_OK;
 }
 
 static zc_status_t rank_join(tcp_bs_t *t, const char *host, int port, uint64_t deadline)
 {
-    ZC_CHECK(rank_connect(t, host, port, deadline));
-    ZC_CHECK(rank_send(t, ZC_BS_MSG_HELLO, (uint32_t)t->size, NULL, 0, deadline));
+    char why[2 * MSG_MAX];
+    int retry, attempts = 0;
+
+    for (;;) {
+        ZC_CHECK(rank_connect(t, host, port, deadline, attempts ? why : NULL));
+        attempts++;
+        zc_status_t status = rank_handshake(t, deadline, why, sizeof(why), &retry);
+        if (status == ZC_OK)
+            break;
+        if (retry && zc_time_ns() >= deadline)
+            return rank_fail(t, ZC_ERR_TIMEOUT,
+                             "rank %d could not join rank 0 at %s within %d s (%d attempts, last: "
+                             "%s)",
+                             t->rank, t->root_addr, t->timeout_s, attempts, why);
+        if (!retry)
+            return rank_fail(t, status, "%s", why);
+        ZC_DEBUG("bootstrap: rank %d tries again: %s", t->rank, why);
+        close(t->fds[0]);
+        t->fds[0] = -1;
+        sleep_until(ZC_MIN(zc_time_ns() + ZC_BOOTSTRAP_RETRY_MS * 1000000ull, deadline));
+    }
 
     /* the welcome comes once every rank joined */
     struct pollfd p = {.fd = t->fds[0], .events = POLLIN};
@@ -774,18 +1142,21 @@ static zc_status_t rank_join(tcp_bs_t *t, const char *host, int port, uint64_t d
     return rank_recv(t, ZC_BS_MSG_WELCOME, 0, NULL, 0, deadline);
 }
 
-/* Both variants; @p listen_fd is rank 0's listening socket (taken) or -1. */
-static zc_status_t tcp_create(int rank, int size, const char *host, int port, int listen_fd,
-                              const char *job_id, int timeout_s, zc_bootstrap_t **bs_p)
+/* Joins the job; @p a->listen_fd is rank 0's listening socket (taken) or -1. */
+static zc_status_t tcp_create(const zc_bootstrap_tcp_args_t *a, zc_bootstrap_t **bs_p)
 {
     zc_bootstrap_t *bs;
     tcp_bs_t *t;
     zc_status_t status;
+    int rank = a->rank, size = a->size, port = a->port, listen_fd = a->listen_fd;
+    const char *host = a->host;
 
-    if (!bs_p || !job_id || size < 1 || rank < 0 || rank >= size || timeout_s < 1 ||
+    if (!bs_p || !a->job_id || size < 1 || rank < 0 || rank >= size || a->timeout_s < 1 ||
+        (a->secret && a->secret_len < ZC_BS_SECRET_MIN) ||
         (size > 1 && (port < 1 || port > 65535 || (rank > 0 && (!host || !*host))))) {
-        ZC_ERROR("bootstrap: invalid arguments: rank %d, size %d, root %s:%d, timeout %d s", rank,
-                 size, host ? host : "(null)", port, timeout_s);
+        ZC_ERROR("bootstrap: invalid arguments: rank %d, size %d, root %s:%d, timeout %d s%s", rank,
+                 size, host ? host : "(null)", port, a->timeout_s,
+                 a->secret && a->secret_len < ZC_BS_SECRET_MIN ? ", a secret too short" : "");
         if (listen_fd >= 0)
             close(listen_fd);
         return ZC_ERR_INVALID_ARG;
@@ -803,8 +1174,19 @@ static zc_status_t tcp_create(int rank, int size, const char *host, int port, in
     bs->ctx = t;
     bs->rank = t->rank = rank;
     bs->size = t->size = size;
-    t->timeout_s = timeout_s;
-    t->job = zc_bs_job_hash(job_id);
+    t->timeout_s = a->timeout_s;
+    t->job = zc_bs_job_hash(a->job_id);
+    if (a->secret) {
+        status = zc_bs_key_derive(a->secret, a->secret_len, t->key);
+        if (status != ZC_OK) {
+            ZC_ERROR("bootstrap: cannot derive a key from the job secret (libsodium failed to "
+                     "start)");
+            if (listen_fd >= 0)
+                close(listen_fd);
+            goto err_destroy;
+        }
+        t->has_secret = 1;
+    }
     snprintf(t->op, sizeof(t->op), "the handshake");
     zc_bs_hostport_string(host && *host ? host : "*", port, t->root_addr, sizeof(t->root_addr));
     t->fds = malloc(sizeof(*t->fds) * (size_t)size);
@@ -816,14 +1198,14 @@ static zc_status_t tcp_create(int rank, int size, const char *host, int port, in
         t->peer_addr = calloc((size_t)size, sizeof(*t->peer_addr));
         t->rx = calloc((size_t)size, sizeof(*t->rx));
         /* room for the listener, the pending connections and the ranks while they join */
-        t->pfd = calloc((size_t)size + 1 + PENDING_MAX, sizeof(*t->pfd));
-        t->pfd_rank = calloc((size_t)size + 1 + PENDING_MAX, sizeof(*t->pfd_rank));
+        t->pfd = calloc((size_t)size + 1 + ZC_BOOTSTRAP_PENDING_MAX, sizeof(*t->pfd));
+        t->pfd_rank = calloc((size_t)size + 1 + ZC_BOOTSTRAP_PENDING_MAX, sizeof(*t->pfd_rank));
         if (!t->peer_addr || !t->rx || !t->pfd || !t->pfd_rank)
             goto err_no_memory;
     }
 
     if (size > 1) {
-        uint64_t deadline = deadline_after(timeout_s);
+        uint64_t deadline = deadline_after(a->timeout_s);
         if (rank == 0)
             ZC_CHECK_GOTO(root_accept(t, port, listen_fd, deadline), status, err_destroy);
         else
@@ -843,11 +1225,39 @@ err_destroy:
     return status;
 }
 
+zc_status_t zc_bootstrap_tcp_join(const zc_bootstrap_tcp_args_t *args, zc_bootstrap_t **bs_p)
+{
+    if (!args)
+        return ZC_ERR_INVALID_ARG;
+    if (args->listen_fd >= 0 && args->rank != 0) {
+        ZC_ERROR("bootstrap: rank %d given listening socket %d: only rank 0 listens", args->rank,
+                 args->listen_fd);
+        close(args->listen_fd);
+        return ZC_ERR_INVALID_ARG;
+    }
+    return tcp_create(args, bs_p);
+}
+
+/* The secret-less shorthands' common part. */
+static zc_status_t create_without_secret(int rank, int size, const char *host, int port,
+                                         int listen_fd, const char *job_id, int timeout_s,
+                                         zc_bootstrap_t **bs_p)
+{
+    zc_bootstrap_tcp_args_t a = {.rank = rank,
+                                 .size = size,
+                                 .host = host,
+                                 .port = port,
+                                 .listen_fd = listen_fd,
+                                 .job_id = job_id,
+                                 .timeout_s = timeout_s};
+    return tcp_create(&a, bs_p);
+}
+
 zc_status_t zc_bootstrap_tcp_create_explicit(int rank, int size, const char *host, int port,
                                              const char *job_id, int timeout_s,
                                              zc_bootstrap_t **bs_p)
 {
-    return tcp_create(rank, size, host, port, -1, job_id, timeout_s, bs_p);
+    return create_without_secret(rank, size, host, port, -1, job_id, timeout_s, bs_p);
 }
 
 zc_status_t zc_bootstrap_tcp_create_listener(int rank, int size, const char *host, int port,
@@ -862,5 +1272,5 @@ zc_status_t zc_bootstrap_tcp_create_listener(int rank, int size, const char *hos
             close(listen_fd);
         return ZC_ERR_INVALID_ARG;
     }
-    return tcp_create(rank, size, host, port, listen_fd, job_id, timeout_s, bs_p);
+    return create_without_secret(rank, size, host, port, listen_fd, job_id, timeout_s, bs_p);
 }

@@ -6,17 +6,31 @@
  *
  * Rank 0 listens on the root's port on every address (dual-stack [::] where the
  * system has IPv6, else 0.0.0.0), SO_REUSEADDR, and accepts exactly size - 1
- * ranks of this job: a connection that does not speak the protocol is dropped, one
- * from another job (job id hash) is rejected, and neither counts. A rank that
- * connects twice, a rank number out of range, a different job size or a joined
- * rank that disconnects before every rank joined fails the whole job: rank 0
- * returns the error and sends it to every joined rank (ZC_ERR_MISMATCH or ZC_ERR_IO);
- * a rank that has not connected yet times out.
- * zc_bootstrap_tcp_create returns once every rank joined: creation is a barrier.
+ * ranks of this job. Anyone who can reach the port may connect, so nothing a
+ * connection claims is believed before it is checked, and a bad claim costs only
+ * that connection: one that does not speak the protocol is dropped; one from
+ * another job (job id hash), of another job size, claiming a rank out of range
+ * or a rank that already joined, or failing the proof below gets a REJECT and is
+ * closed; the job goes on. Up to ZC_BOOTSTRAP_PENDING_MAX connections wait for
+ * their hello (or proof) at once, each for ZC_BOOTSTRAP_STEP_MS at most; a new
+ * one evicts the oldest that has not sent a hello, never a rank that joined.
+ *
+ * With a job secret (ZIPCCL_JOB_SECRET, or one a frontend hands out through its
+ * own channel: the CollNet handle) membership is proven, not claimed: rank 0
+ * challenges each hello with a fresh nonce, the rank answers with a MAC keyed by
+ * the secret over both sides' nonces, and rank 0 answers a valid proof with its
+ * own MAC, which the rank checks (auth.h). A proven rank that claims a rank
+ * already joined fails the whole job (two processes of the job think they are
+ * rank r). Without a secret the bootstrap trusts the network: whoever knows the
+ * job id (the default, root:host:port, is computable) can take a free rank.
  *
  * Other ranks resolve the root's host (IPv4, IPv6 or a name, via getaddrinfo) and
  * retry connecting every 100 ms until the deadline (ZIPCCL_TIMEOUT_S), then fail
- * with ZC_ERR_TIMEOUT naming the root's address.
+ * with ZC_ERR_TIMEOUT naming the root's address. A connection that is refused,
+ * reset or closed before rank 0 accepted the rank, and a REJECT that says the
+ * claim may pass later, are retried the same way; a REJECT for another job, job
+ * size or secret fails at once with rank 0's reason (ZC_ERR_MISMATCH).
+ * zc_bootstrap_tcp_create returns once every rank joined: creation is a barrier.
  *
  * Every operation has its own deadline of timeout_s seconds. A peer that closes
  * its connection during an operation is reported at once (ZC_ERR_IO naming the
@@ -41,6 +55,11 @@
 /* Milliseconds between two connection attempts to a root that is not up yet. */
 #define ZC_BOOTSTRAP_RETRY_MS 100
 
+/* Connections rank 0 holds while they have not proven a claim; more evict the oldest silent one. */
+#define ZC_BOOTSTRAP_PENDING_MAX 64
+/* Milliseconds a connection may take to send its hello, and then its proof. */
+#define ZC_BOOTSTRAP_STEP_MS 2000
+
 #define ZC_BOOTSTRAP_HOST_MAX 256
 #define ZC_BOOTSTRAP_JOB_ID_MAX 320
 
@@ -51,6 +70,7 @@ typedef struct zc_bootstrap_tcp_params {
     char host[ZC_BOOTSTRAP_HOST_MAX]; /* root host without brackets; "" when size == 1 */
     int port;                         /* root port 1..65535; 0 when size == 1 */
     char job_id[ZC_BOOTSTRAP_JOB_ID_MAX];
+    const char *secret; /* ZIPCCL_JOB_SECRET (at least ZC_BS_SECRET_MIN bytes), or NULL */
     int timeout_s;
     /* where rank and size came from, for messages: "ZIPCCL_RANK", "torchrun", ... */
     const char *launcher;
@@ -66,11 +86,12 @@ typedef struct zc_bootstrap_tcp_params {
  *   Slurm      SLURM_PROCID, SLURM_NTASKS; job SLURM_JOB_ID[.SLURM_STEP_ID]
  * The root falls back to MASTER_ADDR/MASTER_PORT whatever the launcher; Open MPI
  * and Slurm provide none, so ZIPCCL_ROOT is required there (unless size is 1). A
- * job id nobody gives is "root:host:port".
+ * job id nobody gives is "root:host:port". The secret is ZIPCCL_JOB_SECRET.
  *
- * Errors, logged naming the variable and its value: ZC_ERR_INVALID_CONFIG for an
- * unknown rank or size, rank >= size, a missing or malformed root, a launcher
- * variable that is not a number in range.
+ * Errors, logged naming the variable and its value (never the secret's):
+ * ZC_ERR_INVALID_CONFIG for an unknown rank or size, rank >= size, a missing or
+ * malformed root, a launcher variable that is not a number in range, a secret
+ * shorter than ZC_BS_SECRET_MIN characters.
  */
 zc_status_t zc_bootstrap_tcp_resolve(const zc_config_t *cfg, char *const *envp,
                                      zc_bootstrap_tcp_params_t *params_p);
@@ -84,22 +105,48 @@ zc_status_t zc_bootstrap_parse_hostport(const char *text, char *host, size_t hos
 
 /*
  * Resolves the parameters (zc_bootstrap_tcp_resolve) and joins the job
- * (zc_bootstrap_tcp_create_explicit). @p bs_p is written only on success.
+ * (zc_bootstrap_tcp_join). @p bs_p is written only on success.
  */
 zc_status_t zc_bootstrap_tcp_create(const zc_config_t *cfg, char *const *envp,
                                     zc_bootstrap_t **bs_p);
 
+/* Everything zc_bootstrap_tcp_join needs. */
+typedef struct zc_bootstrap_tcp_args {
+    int rank;
+    int size;
+    const char *host; /* where rank 0 listens: "127.0.0.1", "::1", "node17" */
+    int port;
+    int listen_fd;      /* rank 0's listening socket (see _create_listener), or -1 */
+    const char *job_id; /* the same string on every rank */
+    /* the job secret, the same bytes on every rank (at least ZC_BS_SECRET_MIN), or NULL */
+    const void *secret;
+    size_t secret_len;
+    int timeout_s;
+} zc_bootstrap_tcp_args_t;
+
 /*
- * Joins the job as @p rank of @p size ranks whose rank 0 listens on @p port
+ * Joins the job as zc_bootstrap_tcp_create_listener does, with a job secret
+ * when @p args->secret is set (a secret shorter than ZC_BS_SECRET_MIN is
+ * ZC_ERR_INVALID_ARG). Every rank must have the same secret, or none: a rank
+ * with another secret is refused (ZC_ERR_MISMATCH, "wrong proof"), one with a
+ * secret facing a root without one, or the reverse, fails with ZC_ERR_MISMATCH
+ * naming ZIPCCL_JOB_SECRET. The secret is copied (as a key derived from it).
+ */
+zc_status_t zc_bootstrap_tcp_join(const zc_bootstrap_tcp_args_t *args, zc_bootstrap_t **bs_p);
+
+/*
+ * Joins the job, without a secret, as @p rank of @p size ranks whose rank 0 listens on @p port
  * (@p host is where the others find it: "127.0.0.1", "::1", "node17"; unused by
  * rank 0 and when size is 1). @p job_id must be the same string on every rank.
  * Blocks until every rank joined or @p timeout_s seconds passed.
  *
  * Errors (each logged once, naming the rank, peer or address): ZC_ERR_INVALID_ARG
  * for bad arguments, ZC_ERR_INVALID_CONFIG for a host that does not resolve,
- * ZC_ERR_IO when the port cannot be bound or a peer disconnects, ZC_ERR_TIMEOUT,
- * ZC_ERR_MISMATCH when rank 0 rejects this process (another job, a duplicate rank,
- * a different size) or the job fails for such a reason, ZC_ERR_NO_MEMORY.
+ * ZC_ERR_IO when the port cannot be bound or a joined peer disconnects,
+ * ZC_ERR_TIMEOUT (also when rank 0 kept refusing this rank's claim until the
+ * deadline: its slot is taken), ZC_ERR_MISMATCH when rank 0 rejects this process
+ * for good (another job, a different size) or the job fails for such a reason,
+ * ZC_ERR_NO_MEMORY.
  */
 zc_status_t zc_bootstrap_tcp_create_explicit(int rank, int size, const char *host, int port,
                                              const char *job_id, int timeout_s,

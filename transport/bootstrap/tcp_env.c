@@ -2,6 +2,7 @@
 #include "transport/bootstrap/tcp.h"
 
 #include "common/log.h"
+#include "transport/bootstrap/auth.h"
 #include "transport/bootstrap/sock.h"
 
 #include <ctype.h>
@@ -247,6 +248,15 @@ zc_status_t zc_bootstrap_tcp_resolve(const zc_config_t *cfg, char *const *envp,
 
     ZC_CHECK(resolve_root(cfg, envp, l, &p));
     resolve_job_id(cfg, envp, l, &p);
+    if (cfg->job_secret && *cfg->job_secret) {
+        if (strlen(cfg->job_secret) < ZC_BS_SECRET_MIN) {
+            ZC_ERROR("bootstrap: ZIPCCL_JOB_SECRET is shorter than %d characters (a short secret "
+                     "can be guessed from one handshake; e.g. openssl rand -hex 32)",
+                     ZC_BS_SECRET_MIN);
+            return ZC_ERR_INVALID_CONFIG;
+        }
+        p.secret = cfg->job_secret;
+    }
     p.timeout_s = (int)cfg->timeout_s;
     *params_p = p;
     return ZC_OK;
@@ -260,8 +270,17 @@ zc_status_t zc_bootstrap_tcp_create(const zc_config_t *cfg, char *const *envp,
     if (!cfg || !bs_p)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_bootstrap_tcp_resolve(cfg, envp, &p));
-    ZC_DEBUG("bootstrap: rank %d of %d (%s), root %s:%d, job '%s'", p.rank, p.size, p.launcher,
-             p.host, p.port, p.job_id);
-    return zc_bootstrap_tcp_create_explicit(p.rank, p.size, p.host, p.port, p.job_id, p.timeout_s,
-                                            bs_p);
+    ZC_DEBUG("bootstrap: rank %d of %d (%s), root %s:%d, job '%s', %s", p.rank, p.size, p.launcher,
+             p.host, p.port, p.job_id,
+             p.secret ? "job secret set: membership proven" : "no job secret: trusts the network");
+    zc_bootstrap_tcp_args_t args = {.rank = p.rank,
+                                    .size = p.size,
+                                    .host = p.host,
+                                    .port = p.port,
+                                    .listen_fd = -1,
+                                    .job_id = p.job_id,
+                                    .secret = p.secret,
+                                    .secret_len = p.secret ? strlen(p.secret) : 0,
+                                    .timeout_s = p.timeout_s};
+    return zc_bootstrap_tcp_join(&args, bs_p);
 }

@@ -24,6 +24,9 @@ const char *zc_bs_msg_name(uint32_t type)
     case ZC_BS_MSG_ALLGATHER: return "allgather";
     case ZC_BS_MSG_BROADCAST: return "broadcast";
     case ZC_BS_MSG_BARRIER: return "barrier";
+    case ZC_BS_MSG_CHALLENGE: return "challenge";
+    case ZC_BS_MSG_PROOF: return "proof";
+    case ZC_BS_MSG_JOINED: return "joined";
     }
     return "unknown message type";
 }

@@ -10,13 +10,24 @@
  *       16     4  rank     the sender's rank (the root sends 0)
  *       20     4  seq      the operation's number: 0 for the handshake, then 1, 2, ...
  *       24     8  len      payload bytes that follow
- *       32     4  arg      broadcast: the root rank; HELLO: the job's size; else 0
+ *       32     4  arg      broadcast: the root rank; HELLO: the job's size; REJECT:
+ *                          ZC_BS_REJECT_RETRY or 0; else 0
  *       36     4  reserved 0
  *
- * Payloads: HELLO, WELCOME none; DATA of ALLGATHER/BROADCAST the op's bytes; BARRIER
- * none; REJECT and ABORT a 4-byte status (int32, zc_status_t) then a reason of at most
- * ZC_BS_REASON_MAX bytes, not NUL-terminated. A REJECT carries the job hash of the
- * hello it answers, so that a process of another job can read why it was refused.
+ * The job hash only tells jobs apart: the job id is no secret (the default one,
+ * root:host:port, is known to anyone who can reach the port). Membership is
+ * proven, when the job has a secret, by the CHALLENGE / PROOF / JOINED exchange
+ * of auth.h.
+ *
+ * Payloads, each of an exact length or bounded (a receiver reads no more):
+ * HELLO, WELCOME none; CHALLENGE the root's nonce (ZC_BS_NONCE_LEN); PROOF the
+ * rank's nonce then its MAC (ZC_BS_PROOF_LEN); JOINED the root's MAC with a
+ * secret (ZC_BS_MAC_LEN), else none; DATA of ALLGATHER/BROADCAST the op's bytes,
+ * whose length every rank knows beforehand; BARRIER none; REJECT and ABORT a
+ * 4-byte status (int32, zc_status_t) then a reason of at most ZC_BS_REASON_MAX
+ * bytes, not NUL-terminated. A REJECT carries the job hash of the hello it
+ * answers and a reason that names nothing of the receiver's job: a process of
+ * another job learns why it was refused, not how to pass.
  *
  * The parser functions here do not log and touch no socket: the provider (tcp.c)
  * logs with its context, and the unit tests feed them hostile frames directly.
@@ -30,9 +41,14 @@
 #include <stdint.h>
 
 #define ZC_BS_MAGIC UINT32_C(0x5a434253) /* "ZCBS" */
-#define ZC_BS_WIRE_VERSION 1
+#define ZC_BS_WIRE_VERSION 2
 #define ZC_BS_HDR_LEN 40
 #define ZC_BS_REASON_MAX 256
+#define ZC_BS_NONCE_LEN 32
+#define ZC_BS_MAC_LEN 32
+#define ZC_BS_PROOF_LEN (ZC_BS_NONCE_LEN + ZC_BS_MAC_LEN)
+/* REJECT's arg: the claim may pass on a later attempt (its rank slot is taken now). */
+#define ZC_BS_REJECT_RETRY 1
 
 typedef enum zc_bs_msg {
     ZC_BS_MSG_HELLO = 1,     /* rank -> root: "I am rank R of a job of arg ranks" */
@@ -42,6 +58,9 @@ typedef enum zc_bs_msg {
     ZC_BS_MSG_ALLGATHER = 5, /* DATA of an allgather */
     ZC_BS_MSG_BROADCAST = 6, /* DATA of a broadcast; arg = its root */
     ZC_BS_MSG_BARRIER = 7,   /* a barrier's arrival and release, no payload */
+    ZC_BS_MSG_CHALLENGE = 8, /* root -> rank with a secret: the root's nonce */
+    ZC_BS_MSG_PROOF = 9,     /* rank -> root: the rank's nonce and MAC */
+    ZC_BS_MSG_JOINED = 10,   /* root -> rank: its claim is accepted (with a secret: root's MAC) */
 } zc_bs_msg_t;
 
 typedef struct zc_bs_frame {
@@ -83,7 +102,8 @@ void zc_bs_frame_decode(const uint8_t in[ZC_BS_HDR_LEN], zc_bs_frame_t *frame_p)
  * Checks that @p frame is a zipccl bootstrap frame of this job: ZC_ERR_CORRUPT if
  * the magic, version or reserved field is wrong (not our protocol: drop the
  * connection), ZC_ERR_MISMATCH if it belongs to another job. Writes the reason
- * into @p why (may be NULL).
+ * into @p why (may be NULL); for another job it names both hashes, so it is for
+ * the receiver's log, never for the wire.
  */
 zc_status_t zc_bs_frame_check_job(const zc_bs_frame_t *frame, uint64_t job, char *why,
                                   size_t why_len);

@@ -21,6 +21,15 @@ static void ep_error(void *arg, zc_status_t status, const char *reason)
     ZC_DEBUG("ucx: endpoint to peer %d failed: %s", peer->rank, reason);
 }
 
+/*
+ * The longest worker address a rank may announce. UCX packs one entry per
+ * transport resource (device and interface address, a few dozen bytes each):
+ * a few hundred bytes with tcp and shared memory, a few KiB with many RDMA
+ * devices. 64 KiB is far above any real address and bounds what a rank lets a
+ * peer's announced length make it allocate (stride times size).
+ */
+#define WORKER_ADDRESS_MAX (64u << 10)
+
 /* Allgathers the worker addresses, whose lengths may differ between ranks. */
 static zc_status_t exchange_addresses(zc_bootstrap_t *bs, const void *addr, size_t len,
                                       uint8_t **all_p, size_t *stride_p)
@@ -33,8 +42,16 @@ static zc_status_t exchange_addresses(zc_bootstrap_t *bs, const void *addr, size
         goto err;
     ZC_CHECK_GOTO(zc_bootstrap_allgather(bs, &mine, sizeof(mine), lens), status, err);
     size_t stride = 0;
-    for (int r = 0; r < bs->size; r++)
+    for (int r = 0; r < bs->size; r++) {
+        if (lens[r] == 0 || lens[r] > WORKER_ADDRESS_MAX) {
+            ZC_ERROR("ucx: rank %d announced a worker address of %llu bytes; UCX worker addresses "
+                     "have 1 to %u",
+                     r, (unsigned long long)lens[r], WORKER_ADDRESS_MAX);
+            status = ZC_ERR_CORRUPT;
+            goto err;
+        }
         stride = ZC_MAX(stride, (size_t)lens[r]);
+    }
     padded = calloc(1, stride);
     all = malloc(stride * (size_t)bs->size);
     if (!padded || !all) {

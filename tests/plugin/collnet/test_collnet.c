@@ -22,6 +22,13 @@
  *   v8           the v8 table on 2 heads: int counts, v8 properties, raw and qsgd
  *   kill         3 heads, one killed after connect: test() fails on the others
  *                (ncclRemoteError or ncclSystemError) within ZIPCCL_TIMEOUT_S
+ *   stranger     a head of another communicator given node 0's address is rejected
+ *   hostile      3 heads and an attacker on the same host that read node 0's address,
+ *                port and nonce from its handle (so it knows the job id), but not the
+ *                handle's secret: another job's hello (whose REJECT must not disclose
+ *                the job hash), a claim of rank 1 with a forged proof, rank 99, a
+ *                silent connection and 3000 connections while the heads join; the
+ *                heads connect and reduce exactly
  *
  * Inputs are chosen so that exact results are exact in floating point (small
  * integers, powers of two); compressed inputs are uniform in [-a_r, a_r] with
@@ -36,6 +43,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -44,6 +52,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -257,6 +270,20 @@ static int head_listen(head_t *h)
     CHECK_OK(cn_listen(0, handle, &h->lcomm));
     CHECK(h->lcomm, "listen gave a NULL listenComm");
     return exchange("handle", handle, sizeof(handle), all_handles);
+}
+
+/*
+ * Every process of the run listens and swaps handles (head_listen); the first
+ * @p heads of them form the CollNet, the others play strangers.
+ */
+static int listen_all(head_t *h, int rank, int size, int heads)
+{
+    my_rank = rank;
+    nranks = size;
+    if (head_listen(h))
+        return 1;
+    nranks = heads;
+    return 0;
 }
 
 /* connect among the first nranks ranks, closeListen, and the staging region registered twice. */
@@ -882,11 +909,8 @@ static int case_stranger(int rank, int size, void *arg)
     head_t h;
     ncclResult_t res;
     (void)arg;
-    my_rank = rank;
-    nranks = size;
-    if (head_listen(&h))
+    if (listen_all(&h, rank, size, 2))
         return 1;
-    nranks = 2;
     if (rank == 2) {
         uint8_t forged[NCCL_NET_HANDLE_MAXSIZE];
         memcpy(forged, all_handles[0], sizeof(forged));
@@ -909,6 +933,196 @@ static int case_stranger(int rank, int size, void *arg)
     }
     if (head_connect(&h) || exact_case(&h, ncclInt32, ncclSum, 4, 16u << 10))
         return 1;
+    return head_down(&h);
+}
+
+/* ---- an attacker on the same host ----------------------------------------------------------- */
+
+/*
+ * The bootstrap's frames, written here from the format in transport/bootstrap/wire.h
+ * (version 2), as an attacker would: a 40-byte big-endian header.
+ */
+enum { BS_HELLO = 1, BS_REJECT = 3, BS_CHALLENGE = 8, BS_PROOF = 9 };
+
+static void put_be(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static int send_frame(int fd, uint16_t type, uint64_t job, uint32_t rank, uint64_t len,
+                      uint32_t arg, const void *payload)
+{
+    uint8_t buf[40 + 64] = {'Z', 'C', 'B', 'S', 0, 2};
+    put_be(buf + 6, type, 2);
+    put_be(buf + 8, job, 8);
+    put_be(buf + 16, rank, 4);
+    put_be(buf + 24, len, 8);
+    put_be(buf + 32, arg, 4);
+    if (len)
+        memcpy(buf + 40, payload, (size_t)len);
+    return send(fd, buf, 40 + (size_t)len, MSG_NOSIGNAL) == (ssize_t)(40 + len) ? 0 : -1;
+}
+
+/* Reads one frame: its type, and up to @p max payload bytes into @p payload; -1 on close. */
+static int recv_frame(int fd, uint16_t *type_p, uint8_t *payload, size_t max, size_t *len_p)
+{
+    uint8_t hdr[40];
+    size_t want = sizeof(hdr), got = 0;
+    uint8_t *dst = hdr;
+    for (int part = 0; part < 2; part++) {
+        while (got < want) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (poll(&p, 1, 10000) <= 0)
+                return -1;
+            ssize_t n = recv(fd, dst + got, want - got, 0);
+            if (n <= 0)
+                return -1;
+            got += (size_t)n;
+        }
+        if (part == 0) {
+            uint64_t len = 0;
+            for (int i = 24; i < 32; i++)
+                len = len << 8 | hdr[i];
+            *type_p = (uint16_t)(hdr[6] << 8 | hdr[7]);
+            if (len > max)
+                return -1;
+            *len_p = (size_t)len;
+            want = (size_t)len;
+            got = 0;
+            dst = payload;
+        }
+    }
+    return 0;
+}
+
+static int attacker_connect(const struct sockaddr_in *a)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, (const struct sockaddr *)a, sizeof(*a)) == 0)
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* Sends a hello; expects (after a challenge answered with a forged proof) a REJECT and a close. */
+static int claim_refused(const struct sockaddr_in *a, uint64_t job, uint32_t rank, char *reason)
+{
+    uint8_t payload[512];
+    uint16_t type;
+    size_t len;
+    int fd = attacker_connect(a);
+    CHECK(fd >= 0, "cannot connect to node 0");
+    CHECK(send_frame(fd, BS_HELLO, job, rank, 0, 3, NULL) == 0, "send hello");
+    CHECK(recv_frame(fd, &type, payload, sizeof(payload), &len) == 0, "no answer to the hello");
+    if (type == BS_CHALLENGE) {
+        uint8_t forged[64];
+        memset(forged, 0x5a, sizeof(forged)); /* the attacker does not know the secret */
+        CHECK(send_frame(fd, BS_PROOF, job, rank, sizeof(forged), 0, forged) == 0, "send proof");
+        CHECK(recv_frame(fd, &type, payload, sizeof(payload), &len) == 0, "no answer to the proof");
+    }
+    CHECK(type == BS_REJECT && len >= 4 && len < 300, "claim of rank %u: message type %u", rank,
+          (unsigned)type);
+    memcpy(reason, payload + 4, len - 4);
+    reason[len - 4] = '\0';
+    CHECK(recv_frame(fd, &type, payload, sizeof(payload), &len) < 0,
+          "node 0 kept the refused connection open");
+    close(fd);
+    fprintf(stderr, "attacker: claim of rank %u refused: %s\n", rank, reason);
+    return 0;
+}
+
+static int attack(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    uint16_t port;
+    uint64_t nonce;
+    char job_id[64], hex[24], reason[300];
+    memcpy(&port, all_handles[0] + 6, 2);
+    memcpy(&a.sin_addr, all_handles[0] + 8, 4);
+    memcpy(&nonce, all_handles[0] + 24, 8);
+    a.sin_port = htons(port);
+    snprintf(job_id, sizeof(job_id), "nccl-collnet-%016" PRIx64 "-3", nonce);
+    uint64_t job = fnv1a(job_id, strlen(job_id));
+    snprintf(hex, sizeof(hex), "%016" PRIx64, job);
+
+    zc_harness_step("attacker: another job");
+    if (claim_refused(&a, job ^ 1, 1, reason))
+        return 1;
+    CHECK(!strstr(reason, hex), "the REJECT disclosed the job hash: %s", reason);
+    zc_harness_step("attacker: forged proof");
+    if (claim_refused(&a, job, 1, reason))
+        return 1;
+    zc_harness_step("attacker: rank 99");
+    if (claim_refused(&a, job, 99, reason))
+        return 1;
+
+    zc_harness_step("attacker: flood");
+    enum { FLOOD = 3000 };
+    static int fds[FLOOD + 1];
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < FLOOD + 64) {
+        rl.rlim_cur = rl.rlim_max < FLOOD + 64 ? rl.rlim_max : FLOOD + 64;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    fds[FLOOD] = attacker_connect(&a); /* silent */
+    CHECK(fds[FLOOD] >= 0, "cannot connect to node 0");
+    for (int i = 0; i < FLOOD; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (fds[i] >= 0 && connect(fds[i], (struct sockaddr *)&a, sizeof(a)) < 0 &&
+            errno != EINPROGRESS) {
+            close(fds[i]);
+            fds[i] = -1;
+        }
+        if (i == FLOOD / 10) {
+            int one = 1;
+            if (publish("attack", &one, sizeof(one)))
+                return 1;
+        }
+    }
+    char path[512];
+    int one;
+    snprintf(path, sizeof(path), "%s/job-done-0", xdir);
+    (void)wait_file(path, &one, sizeof(one), 40);
+    for (int i = 0; i <= FLOOD; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    return 0;
+}
+
+static int case_hostile(int rank, int size, void *arg)
+{
+    head_t h;
+    ncclResult_t res;
+    (void)arg;
+    if (listen_all(&h, rank, size, 3))
+        return 1;
+    if (rank == 3) {
+        CHECK_OK(cn_close_listen(h.lcomm));
+        return attack();
+    }
+    if (rank > 0) {
+        char path[512];
+        int one;
+        snprintf(path, sizeof(path), "%s/attack-3", xdir);
+        CHECK(wait_file(path, &one, sizeof(one), 30) == 0, "the attack did not start");
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (head_connect(&h))
+        return 1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(stderr, "rank %d: connected in %.3f s\n", rank,
+            (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    if (exact_case(&h, ncclInt32, ncclSum, 4, 16u << 10) ||
+        exact_case(&h, ncclFloat32, ncclMax, 4, 16u << 10))
+        return 1;
+    if (rank == 0) {
+        int one = 1;
+        if (publish("job-done", &one, sizeof(one)))
+            return 1;
+    }
     return head_down(&h);
 }
 
@@ -947,6 +1161,9 @@ int main(int argc, char **argv)
     } else if (strcmp(name, "stranger") == 0) {
         o.nranks = 3;
         fn = case_stranger;
+    } else if (strcmp(name, "hostile") == 0) {
+        o.nranks = 4;
+        fn = case_hostile;
     } else if (strcmp(name, "v8") == 0) {
         o.nranks = 2;
         fn = case_v8;

@@ -7,6 +7,7 @@
 
 #include "bootstrap_test.h"
 #include "common/timer.h"
+#include "transport/bootstrap/auth.h"
 #include "transport/bootstrap/wire.h"
 
 #include <criterion/criterion.h>
@@ -29,6 +30,7 @@ static void teardown(void)
 TestSuite(tcp, .init = setup, .fini = teardown, .timeout = 20);
 
 #define JOB "unit-job"
+#define SECRET "unit-test secret of the job"
 
 static double since_s(uint64_t start)
 {
@@ -44,6 +46,7 @@ struct rank_thread {
     pthread_t tid;
     int rank, size, port, timeout_s;
     const char *host, *job;
+    const char *secret; /* NULL: none */
     rank_op_fn op;
     zc_status_t status;    /* of create */
     zc_status_t op_status; /* of op, when create succeeded */
@@ -55,8 +58,16 @@ static void *rank_thread_main(void *p)
 {
     rank_thread_t *rt = p;
     zc_bootstrap_t *bs = NULL;
-    rt->status = zc_bootstrap_tcp_create_explicit(rt->rank, rt->size, rt->host, rt->port, rt->job,
-                                                  rt->timeout_s, &bs);
+    zc_bootstrap_tcp_args_t a = {.rank = rt->rank,
+                                 .size = rt->size,
+                                 .host = rt->host,
+                                 .port = rt->port,
+                                 .listen_fd = -1,
+                                 .job_id = rt->job,
+                                 .secret = rt->secret,
+                                 .secret_len = rt->secret ? strlen(rt->secret) : 0,
+                                 .timeout_s = rt->timeout_s};
+    rt->status = zc_bootstrap_tcp_join(&a, &bs);
     if (rt->status == ZC_OK && rt->op) {
         uint64_t start = zc_time_ns();
         rt->op_status = rt->op(rt, bs);
@@ -342,12 +353,12 @@ static void raw_hello(int fd, const char *job, uint32_t rank, uint32_t size)
     raw_send(fd, zc_bs_frame_make(zc_bs_job_hash(job), ZC_BS_MSG_HELLO, rank, 0, 0, size), NULL);
 }
 
-/* Reads a REJECT or ABORT and checks its status and reason. */
-static void raw_expect_reason(int fd, zc_bs_msg_t type, zc_status_t status, const char *text)
+/* Reads a REJECT or ABORT and checks its status and reason (copied to @p reason). */
+static void raw_expect_reason_text(int fd, zc_bs_msg_t type, zc_status_t status, const char *text,
+                                   char *reason)
 {
     zc_bs_frame_t f;
     uint8_t payload[4 + ZC_BS_REASON_MAX];
-    char reason[ZC_BS_REASON_MAX + 1];
     zc_status_t carried;
     cr_assert_eq(raw_recv(fd, &f, payload, sizeof(payload)), 0, "no %s came", zc_bs_msg_name(type));
     cr_assert_eq(f.type, type, "a %s instead of a %s", zc_bs_msg_name(f.type),
@@ -355,6 +366,12 @@ static void raw_expect_reason(int fd, zc_bs_msg_t type, zc_status_t status, cons
     cr_assert_eq(zc_bs_reason_decode(payload, f.len, &carried, reason), ZC_OK);
     cr_assert_eq(carried, status, "%s", zc_status_string(carried));
     cr_assert(strstr(reason, text), "expected '%s' in '%s'", text, reason);
+}
+
+static void raw_expect_reason(int fd, zc_bs_msg_t type, zc_status_t status, const char *text)
+{
+    char reason[ZC_BS_REASON_MAX + 1];
+    raw_expect_reason_text(fd, type, status, text, reason);
 }
 
 Test(tcp, a_connection_that_is_not_ours_is_dropped)
@@ -386,7 +403,11 @@ Test(tcp, another_job_is_rejected_and_not_counted)
     rank_start(&root, 0, 2, NULL, port, exercise);
     int fd = raw_connect(port);
     raw_hello(fd, "some-other-job", 1, 2);
-    raw_expect_reason(fd, ZC_BS_MSG_REJECT, ZC_ERR_MISMATCH, "job id hash");
+    char reason[ZC_BS_REASON_MAX + 1], hash[24];
+    raw_expect_reason_text(fd, ZC_BS_MSG_REJECT, ZC_ERR_MISMATCH, "the job ids differ", reason);
+    /* nothing of this job's: a stranger must not learn the hash to replay it */
+    snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)zc_bs_job_hash(JOB));
+    cr_assert(!strstr(reason, hash) && !strstr(reason, "0x"), "the reason discloses: %s", reason);
     cr_assert(raw_closed(fd));
     close(fd);
 
@@ -413,7 +434,7 @@ Test(tcp, a_stranger_process_is_told_why)
     rank_join(&root);
     char message[96];
     snprintf(message, sizeof(message),
-             "rank 0 at 127.0.0.1:%d rejected rank 1: the sender's job id", port);
+             "rank 0 at 127.0.0.1:%d rejected rank 1: rank 0 belongs to another job", port);
     cr_assert_eq(stranger.status, ZC_ERR_MISMATCH, "%s", bs_log.text);
     cr_assert(bs_logged(message), "%s", bs_log.text);
     cr_assert_eq(root.op_status, ZC_OK, "%s", bs_log.text);
@@ -441,52 +462,80 @@ Test(tcp, silent_and_half_sent_connections_do_not_block)
     close(silent);
 }
 
-Test(tcp, duplicate_rank_fails_the_job)
+/* A claim rank 0 refuses: the REJECT, then the job goes on with the real rank 1. */
+static void claim_refused_job_goes_on(const char *secret, uint32_t rank, uint32_t size, int retry,
+                                      const char *message)
 {
-    rank_thread_t root;
-    int port = bs_free_port();
-    zc_log_set_level(ZC_LOG_DEBUG);
-    rank_start(&root, 0, 3, NULL, port, exercise);
-    int first = raw_connect(port);
-    raw_hello(first, JOB, 1, 3);
-    /* be sure rank 0 took the first hello before the second comes */
-    for (int i = 0; i < 2500 && !bs_logged("bootstrap: rank 1 joined from"); i++)
-        nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
-    int second = raw_connect(port);
-    raw_hello(second, JOB, 1, 3);
-    raw_expect_reason(second, ZC_BS_MSG_REJECT, ZC_ERR_MISMATCH,
-                      "rank 1 connected twice: from "
-                      "127.0.0.1:");
-    raw_expect_reason(first, ZC_BS_MSG_ABORT, ZC_ERR_MISMATCH, "rank 1 connected twice");
-    rank_join(&root);
-    cr_assert_eq(root.status, ZC_ERR_MISMATCH, "%s", bs_log.text);
-    cr_assert(bs_logged("rank 1 connected twice: from 127.0.0.1:"), "%s", bs_log.text);
-    cr_assert_eq(bs_log.errors, 1, "logged once: %s", bs_log.text);
-    close(first);
-    close(second);
-}
-
-static void hello_fails_the_job(uint32_t rank, uint32_t size, const char *message)
-{
-    rank_thread_t root;
+    rank_thread_t root, one, two;
     int port = bs_free_port();
     bs_log_start();
-    rank_start(&root, 0, 3, NULL, port, exercise);
+    rank_init(&root, 0, 3, NULL, port, exercise);
+    root.secret = secret;
+    rank_run(&root);
+    rank_init(&one, 1, 3, "127.0.0.1", port, exercise);
+    one.secret = secret;
+    rank_run(&one);
+    if (rank == 1) /* a second rank 1: wait until rank 0 took the first */
+        for (int i = 0; i < 2500 && !bs_logged("bootstrap: rank 1 joined from"); i++)
+            nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
     int fd = raw_connect(port);
     raw_hello(fd, JOB, rank, size);
-    raw_expect_reason(fd, ZC_BS_MSG_REJECT, ZC_ERR_MISMATCH, message);
-    rank_join(&root);
-    cr_assert_eq(root.status, ZC_ERR_MISMATCH, "%s", bs_log.text);
-    cr_assert(bs_logged(message), "%s", bs_log.text);
+    zc_bs_frame_t f;
+    uint8_t payload[4 + ZC_BS_REASON_MAX];
+    char reason[ZC_BS_REASON_MAX + 1];
+    zc_status_t carried;
+    cr_assert_eq(raw_recv(fd, &f, payload, sizeof(payload)), 0, "no answer");
+    cr_assert_eq(f.type, ZC_BS_MSG_REJECT, "a %s", zc_bs_msg_name(f.type));
+    cr_assert_eq(f.arg, retry ? ZC_BS_REJECT_RETRY : 0u, "retry flag %u", f.arg);
+    cr_assert_eq(zc_bs_reason_decode(payload, f.len, &carried, reason), ZC_OK);
+    cr_assert(strstr(reason, message), "expected '%s' in '%s'", message, reason);
+    cr_assert(raw_closed(fd), "the refused connection stays open");
     close(fd);
+    rank_init(&two, 2, 3, "127.0.0.1", port, exercise);
+    two.secret = secret;
+    rank_run(&two);
+    rank_join(&two);
+    rank_join(&one);
+    rank_join(&root);
+    cr_assert_eq(root.op_status, ZC_OK, "%s", bs_log.text);
+    cr_assert_eq(one.op_status, ZC_OK, "%s", bs_log.text);
+    cr_assert_eq(two.op_status, ZC_OK, "%s", bs_log.text);
+    cr_assert_eq(bs_log.errors, 0, "a refused claim is a warning: %s", bs_log.text);
 }
 
-Test(tcp, a_rank_out_of_range_or_a_different_size_fails_the_job)
+Test(tcp, a_duplicate_claim_is_refused_and_the_job_goes_on)
 {
-    hello_fails_the_job(5, 3, "claims rank 5, outside 1..2");
-    hello_fails_the_job(0, 3, "claims rank 0, outside 1..2");
-    hello_fails_the_job(1, 4, "rank 1 (from 127.0.0.1:");
-    cr_assert(bs_logged("says the job has 4 ranks, rank 0 says 3"), "%s", bs_log.text);
+    zc_log_set_level(ZC_LOG_DEBUG);
+    claim_refused_job_goes_on(NULL, 1, 3, 1, "rank 1 has already joined");
+    cr_assert(bs_logged("rank 1 has already joined from 127.0.0.1:"), "%s", bs_log.text);
+}
+
+Test(tcp, a_rank_out_of_range_or_a_different_size_is_refused_and_the_job_goes_on)
+{
+    claim_refused_job_goes_on(NULL, 5, 3, 0, "rank 5 is outside 1..2");
+    claim_refused_job_goes_on(NULL, 0, 3, 0, "rank 0 is outside 1..2");
+    claim_refused_job_goes_on(NULL, 99, 3, 0, "rank 99 is outside 1..2");
+    claim_refused_job_goes_on(NULL, 2, 4, 0, "rank 2 says the job has 4 ranks, rank 0 says 3");
+    claim_refused_job_goes_on(SECRET, 99, 3, 0, "rank 99 is outside 1..2");
+}
+
+Test(tcp, a_silent_connection_is_closed_after_its_step_time)
+{
+    rank_thread_t root;
+    int port = bs_free_port();
+    rank_start(&root, 0, 2, NULL, port, exercise);
+    uint64_t start = zc_time_ns();
+    int silent = raw_connect(port);
+    cr_assert(raw_closed(silent), "rank 0 kept a silent connection while it waited for rank 1");
+    double t = since_s(start);
+    cr_assert(t >= ZC_BOOTSTRAP_STEP_MS / 1000.0 - 0.1 && t < ZC_BOOTSTRAP_STEP_MS / 1000.0 + 2,
+              "closed after %.2f s", t);
+    close(silent);
+    rank_thread_t one;
+    rank_start(&one, 1, 2, "127.0.0.1", port, exercise);
+    rank_join(&one);
+    rank_join(&root);
+    cr_assert_eq(root.op_status, ZC_OK, "%s", bs_log.text);
 }
 
 static zc_status_t allgather8(rank_thread_t *rt, zc_bootstrap_t *bs)
@@ -505,6 +554,8 @@ static int raw_joined(rank_thread_t *root, int size)
     int fd = raw_connect(port);
     zc_bs_frame_t f;
     raw_hello(fd, JOB, 1, (uint32_t)size);
+    cr_assert_eq(raw_recv(fd, &f, NULL, 0), 0);
+    cr_assert_eq(f.type, ZC_BS_MSG_JOINED, "%s", zc_bs_msg_name(f.type));
     cr_assert_eq(raw_recv(fd, &f, NULL, 0), 0);
     cr_assert_eq(f.type, ZC_BS_MSG_WELCOME, "%s", zc_bs_msg_name(f.type));
     return fd;
@@ -633,6 +684,7 @@ static int raw_root(rank_thread_t *rt, int *lfd_p)
     char why[256] = "";
     cr_assert_eq(raw_recv(fd, &f, NULL, 0), 0);
     cr_assert_eq(zc_bs_frame_check(&f, &hello, why, sizeof(why)), ZC_OK, "%s", why);
+    raw_send(fd, zc_bs_frame_make(zc_bs_job_hash(JOB), ZC_BS_MSG_JOINED, 0, 0, 0, 0), NULL);
     raw_send(fd, zc_bs_frame_make(zc_bs_job_hash(JOB), ZC_BS_MSG_WELCOME, 0, 0, 0, 0), NULL);
     uint8_t mine[8];
     cr_assert_eq(raw_recv(fd, &f, mine, sizeof(mine)), 0);
@@ -697,5 +749,208 @@ Test(tcp, a_root_hanging_up_fails_the_rank_promptly)
     cr_assert(bs_logged("rank 0 (127.0.0.1:") &&
                   bs_logged(") closed its connection during allgather #1"),
               "%s", bs_log.text);
+    close(lfd);
+}
+
+/* ---- with a job secret ------------------------------------------------------------------------
+ */
+
+Test(tcp, a_job_with_a_secret_runs)
+{
+    rank_thread_t rt[4];
+    int port = bs_free_port();
+    for (int r = 0; r < 4; r++) {
+        rank_init(&rt[r], r, 4, "127.0.0.1", port, exercise);
+        rt[r].secret = SECRET;
+        rank_run(&rt[r]);
+    }
+    for (int r = 0; r < 4; r++)
+        rank_join(&rt[r]);
+    for (int r = 0; r < 4; r++)
+        cr_assert_eq(rt[r].op_status, ZC_OK, "rank %d: %s", r, bs_log.text);
+    cr_assert_eq(bs_log.errors + bs_log.warnings, 0, "%s", bs_log.text);
+}
+
+/*
+ * Rank 1 with @p bad_secret is turned away with @p message; then ranks 1 and 2 with
+ * the job's secret join (3 ranks: a root without a secret joins the liar at once
+ * and frees its rank when it hangs up, before the job is complete).
+ */
+static void bad_secret_is_turned_away(const char *root_secret, const char *bad_secret,
+                                      const char *message)
+{
+    rank_thread_t rt[3], liar;
+    int port = bs_free_port();
+    bs_log_start();
+    rank_init(&rt[0], 0, 3, NULL, port, exercise);
+    rt[0].secret = root_secret;
+    rank_run(&rt[0]);
+    rank_init(&liar, 1, 3, "127.0.0.1", port, NULL);
+    liar.secret = bad_secret;
+    uint64_t start = zc_time_ns();
+    rank_run(&liar);
+    rank_join(&liar);
+    cr_assert_eq(liar.status, ZC_ERR_MISMATCH, "%s", bs_log.text);
+    cr_assert(bs_logged(message), "expected '%s' in\n%s", message, bs_log.text);
+    cr_assert_lt(since_s(start), 3, "turned away after %.1f s, not at once", since_s(start));
+    for (int r = 1; r < 3; r++) {
+        rank_init(&rt[r], r, 3, "127.0.0.1", port, exercise);
+        rt[r].secret = root_secret;
+        rank_run(&rt[r]);
+    }
+    for (int r = 0; r < 3; r++)
+        rank_join(&rt[r]);
+    for (int r = 0; r < 3; r++)
+        cr_assert_eq(rt[r].op_status, ZC_OK, "rank %d: %s", r, bs_log.text);
+}
+
+Test(tcp, a_rank_with_another_secret_is_refused_and_the_job_goes_on)
+{
+    bad_secret_is_turned_away(SECRET, "another secret of sixteen+",
+                              "wrong proof of the job secret");
+    cr_assert(bs_logged("rank 0 refused a connection from 127.0.0.1:") &&
+                  bs_logged("claiming rank 1: wrong proof"),
+              "%s", bs_log.text);
+}
+
+Test(tcp, secret_on_one_side_only_is_named)
+{
+    bad_secret_is_turned_away(SECRET, NULL, "requires a job secret and rank 1 has none");
+    bad_secret_is_turned_away(NULL, SECRET, "has no job secret and rank 1 has one");
+}
+
+Test(tcp, a_short_secret_is_a_bad_argument)
+{
+    zc_bootstrap_t *bs = NULL;
+    zc_bootstrap_tcp_args_t a = {.rank = 0,
+                                 .size = 1,
+                                 .listen_fd = -1,
+                                 .job_id = JOB,
+                                 .secret = "short",
+                                 .secret_len = 5,
+                                 .timeout_s = 1};
+    cr_assert_eq(zc_bootstrap_tcp_join(&a, &bs), ZC_ERR_INVALID_ARG);
+    cr_assert_null(bs);
+    cr_assert(bs_logged("a secret too short") && !bs_logged("short,"), "%s", bs_log.text);
+}
+
+/* A raw rank 1 that knows the secret: hello, challenge, proof; checks the root's JOINED. */
+static int raw_proven(int port, const uint8_t key[ZC_BS_KEY_LEN], uint32_t size)
+{
+    int fd = raw_connect(port);
+    zc_bs_frame_t f;
+    zc_bs_transcript_t tr = {.job = zc_bs_job_hash(JOB), .rank = 1, .size = size};
+    uint8_t proof[ZC_BS_PROOF_LEN];
+    raw_hello(fd, JOB, 1, size);
+    cr_assert_eq(raw_recv(fd, &f, tr.nonce_root, sizeof(tr.nonce_root)), 0);
+    cr_assert_eq(f.type, ZC_BS_MSG_CHALLENGE, "%s", zc_bs_msg_name(f.type));
+    cr_assert_eq(zc_bs_random(tr.nonce_rank, sizeof(tr.nonce_rank)), ZC_OK);
+    memcpy(proof, tr.nonce_rank, ZC_BS_NONCE_LEN);
+    zc_bs_mac(key, ZC_BS_ROLE_RANK, &tr, proof + ZC_BS_NONCE_LEN);
+    raw_send(fd, zc_bs_frame_make(tr.job, ZC_BS_MSG_PROOF, 1, 0, sizeof(proof), 0), proof);
+    return fd;
+}
+
+Test(tcp, a_proven_duplicate_fails_the_job)
+{
+    rank_thread_t root;
+    uint8_t key[ZC_BS_KEY_LEN], mac[ZC_BS_MAC_LEN];
+    zc_bs_frame_t f;
+    int port = bs_free_port();
+    cr_assert_eq(zc_bs_key_derive(SECRET, strlen(SECRET), key), ZC_OK);
+    rank_init(&root, 0, 3, NULL, port, exercise);
+    root.secret = SECRET;
+    rank_run(&root);
+    int first = raw_proven(port, key, 3);
+    cr_assert_eq(raw_recv(first, &f, mac, sizeof(mac)), 0);
+    cr_assert_eq(f.type, ZC_BS_MSG_JOINED, "%s", zc_bs_msg_name(f.type));
+    int second = raw_proven(port, key, 3);
+    raw_expect_reason(second, ZC_BS_MSG_REJECT, ZC_ERR_MISMATCH, "rank 1 connected twice");
+    raw_expect_reason(first, ZC_BS_MSG_ABORT, ZC_ERR_MISMATCH, "rank 1 connected twice");
+    rank_join(&root);
+    cr_assert_eq(root.status, ZC_ERR_MISMATCH, "%s", bs_log.text);
+    cr_assert_eq(bs_log.errors, 1, "logged once: %s", bs_log.text);
+    close(first);
+    close(second);
+}
+
+/* ---- a root that is not what it claims, or refuses for a while --------------------------------
+ */
+
+static int raw_accept_hello(int lfd)
+{
+    int fd = accept(lfd, NULL, NULL);
+    zc_bs_frame_t f;
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(raw_recv(fd, &f, NULL, 0), 0);
+    cr_assert_eq(f.type, ZC_BS_MSG_HELLO, "%s", zc_bs_msg_name(f.type));
+    return fd;
+}
+
+Test(tcp, a_root_that_cannot_prove_the_secret_fails_the_rank)
+{
+    rank_thread_t rt;
+    int port, lfd = raw_listen(&port);
+    rank_init(&rt, 1, 2, "127.0.0.1", port, NULL);
+    rt.secret = SECRET;
+    rank_run(&rt);
+    int fd = raw_accept_hello(lfd);
+    uint8_t nonce[ZC_BS_NONCE_LEN] = {1}, proof[ZC_BS_PROOF_LEN], mac[ZC_BS_MAC_LEN] = {0};
+    uint64_t job = zc_bs_job_hash(JOB);
+    zc_bs_frame_t f;
+    raw_send(fd, zc_bs_frame_make(job, ZC_BS_MSG_CHALLENGE, 0, 0, sizeof(nonce), 0), nonce);
+    cr_assert_eq(raw_recv(fd, &f, proof, sizeof(proof)), 0);
+    cr_assert_eq(f.type, ZC_BS_MSG_PROOF);
+    raw_send(fd, zc_bs_frame_make(job, ZC_BS_MSG_JOINED, 0, 0, sizeof(mac), 0), mac);
+    rank_join(&rt);
+    cr_assert_eq(rt.status, ZC_ERR_MISMATCH, "%s", bs_log.text);
+    cr_assert(bs_logged("cannot prove it knows the job secret"), "%s", bs_log.text);
+    close(fd);
+    close(lfd);
+}
+
+Test(tcp, a_rank_retries_a_reset_or_a_refusal_that_may_pass)
+{
+    rank_thread_t rt;
+    int port, lfd = raw_listen(&port);
+    uint64_t job = zc_bs_job_hash(JOB);
+    zc_log_set_level(ZC_LOG_DEBUG);
+    rank_init(&rt, 1, 2, "127.0.0.1", port, NULL);
+    rank_run(&rt);
+    close(raw_accept_hello(lfd)); /* reset before accepting the rank */
+    int fd = raw_accept_hello(lfd);
+    uint8_t payload[4 + ZC_BS_REASON_MAX];
+    size_t len = zc_bs_reason_encode(ZC_ERR_MISMATCH, "rank 1 has already joined", payload);
+    raw_send(fd, zc_bs_frame_make(job, ZC_BS_MSG_REJECT, 0, 0, len, ZC_BS_REJECT_RETRY), payload);
+    close(fd);
+    fd = raw_accept_hello(lfd);
+    raw_send(fd, zc_bs_frame_make(job, ZC_BS_MSG_JOINED, 0, 0, 0, 0), NULL);
+    raw_send(fd, zc_bs_frame_make(job, ZC_BS_MSG_WELCOME, 0, 0, 0, 0), NULL);
+    rank_join(&rt);
+    cr_assert_eq(rt.status, ZC_OK, "%s", bs_log.text);
+    cr_assert(bs_logged("rank 1 tries again: rank 0 (127.0.0.1:") &&
+                  bs_logged("rank 1 tries again: rank 0 at 127.0.0.1:") &&
+                  bs_logged("rejected rank 1: rank 1 has already joined"),
+              "%s", bs_log.text);
+    close(fd);
+    close(lfd);
+}
+
+Test(tcp, a_final_refusal_is_not_retried)
+{
+    rank_thread_t rt;
+    int port, lfd = raw_listen(&port);
+    uint64_t job = zc_bs_job_hash(JOB);
+    rank_init(&rt, 1, 2, "127.0.0.1", port, NULL);
+    uint64_t start = zc_time_ns();
+    rank_run(&rt);
+    int fd = raw_accept_hello(lfd);
+    uint8_t payload[4 + ZC_BS_REASON_MAX];
+    size_t len = zc_bs_reason_encode(ZC_ERR_MISMATCH, "rank 1 says the job has 2 ranks", payload);
+    raw_send(fd, zc_bs_frame_make(job, ZC_BS_MSG_REJECT, 0, 0, len, 0), payload);
+    rank_join(&rt);
+    cr_assert_eq(rt.status, ZC_ERR_MISMATCH, "%s", bs_log.text);
+    cr_assert_lt(since_s(start), 2, "failed after %.1f s", since_s(start));
+    close(fd);
     close(lfd);
 }

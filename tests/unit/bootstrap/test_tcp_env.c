@@ -289,3 +289,23 @@ Test(tcp_env, create_reports_resolution_errors)
     cr_assert_eq(zc_bootstrap_tcp_create(NULL, env, &bs), ZC_ERR_INVALID_ARG);
     cr_assert_eq(zc_bootstrap_tcp_create(&cfg, env, NULL), ZC_ERR_INVALID_ARG);
 }
+
+Test(tcp_env, the_job_secret)
+{
+    char *none[] = {"ZIPCCL_RANK=1", "ZIPCCL_SIZE=2", "ZIPCCL_ROOT=node1:29500", NULL};
+    char *with[] = {"ZIPCCL_RANK=1", "ZIPCCL_SIZE=2", "ZIPCCL_ROOT=node1:29500",
+                    "ZIPCCL_JOB_SECRET=0123456789abcdef", NULL};
+    char *empty[] = {"ZIPCCL_RANK=1", "ZIPCCL_SIZE=2", "ZIPCCL_ROOT=node1:29500",
+                     "ZIPCCL_JOB_SECRET=", NULL};
+    char *short_secret[] = {"ZIPCCL_RANK=1", "ZIPCCL_SIZE=2", "ZIPCCL_ROOT=node1:29500",
+                            "ZIPCCL_JOB_SECRET=0123456789abcde", NULL};
+    zc_bootstrap_tcp_params_t p;
+    cr_assert_eq(resolve(none, &p), ZC_OK, "%s", bs_log.text);
+    cr_assert_null(p.secret);
+    cr_assert_eq(resolve(empty, &p), ZC_OK, "%s", bs_log.text);
+    cr_assert_null(p.secret, "an empty secret is no secret");
+    cr_assert_eq(resolve(with, &p), ZC_OK, "%s", bs_log.text);
+    cr_assert_str_eq(p.secret, "0123456789abcdef");
+    resolve_fails(short_secret, "ZIPCCL_JOB_SECRET is shorter than 16 characters");
+    cr_assert(!bs_logged("0123456789abcde"), "the secret was printed: %s", bs_log.text);
+}

@@ -31,7 +31,7 @@ Test(wire, layout_is_big_endian_at_fixed_offsets)
                                        0x0a0b0c0d, 0x0000000100000002ull, 0x00000007);
     uint8_t b[ZC_BS_HDR_LEN];
     static const uint8_t want[ZC_BS_HDR_LEN] = {
-        'Z',  'C',  'B',  'S',  0x00, 0x01, 0x00, 0x06, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66,
+        'Z',  'C',  'B',  'S',  0x00, 0x02, 0x00, 0x06, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66,
         0x77, 0x88, 0x01, 0x02, 0x03, 0x04, 0x0a, 0x0b, 0x0c, 0x0d, 0x00, 0x00, 0x00, 0x01,
         0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00,
     };
@@ -74,8 +74,8 @@ Test(wire, not_our_protocol_is_corrupt)
     refused(&f, ZC_ERR_CORRUPT, "not a zipccl bootstrap message (magic 0x47455420");
 
     f = good_frame();
-    f.version = 2;
-    refused(&f, ZC_ERR_CORRUPT, "protocol version 2, this build speaks 1");
+    f.version = 1; /* before the proof of membership */
+    refused(&f, ZC_ERR_CORRUPT, "protocol version 1, this build speaks 2");
 
     f = good_frame();
     f.reserved = 1;
@@ -199,5 +199,8 @@ Test(wire, message_names)
     cr_assert_str_eq(zc_bs_msg_name(ZC_BS_MSG_BROADCAST), "broadcast");
     cr_assert_str_eq(zc_bs_msg_name(ZC_BS_MSG_BARRIER), "barrier");
     cr_assert_str_eq(zc_bs_msg_name(ZC_BS_MSG_HELLO), "hello");
+    cr_assert_str_eq(zc_bs_msg_name(ZC_BS_MSG_CHALLENGE), "challenge");
+    cr_assert_str_eq(zc_bs_msg_name(ZC_BS_MSG_PROOF), "proof");
+    cr_assert_str_eq(zc_bs_msg_name(ZC_BS_MSG_JOINED), "joined");
     cr_assert_str_eq(zc_bs_msg_name(0), "unknown message type");
 }

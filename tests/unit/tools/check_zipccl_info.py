@@ -65,6 +65,23 @@ def main():
     check(re.search(r'^ZIPCCL_QSGD_BITS\s.*=\s*8\s', r.stdout, flags=re.M) is not None,
           'ZIPCCL_QSGD_BITS=8 shows as the current value 8', r)
 
+    check('tcp bootstrap: no secret: trusts the network' in r.stdout,
+          'without ZIPCCL_JOB_SECRET the mode is "no secret: trusts the network"', r)
+    check(re.search(r'^ZIPCCL_JOB_SECRET\s.*=\s*unset\s', r.stdout, flags=re.M) is not None,
+          'ZIPCCL_JOB_SECRET shows as unset', r)
+    secret = 'do-not-print-me-0123456789abcdef'
+    r = run(info, extra_env={'ZIPCCL_JOB_SECRET': secret})
+    check(r.returncode == 0, 'ZIPCCL_JOB_SECRET is accepted', r)
+    check('tcp bootstrap: secret: proven membership' in r.stdout,
+          'with ZIPCCL_JOB_SECRET the mode is "secret: proven membership"', r)
+    check(re.search(r'^ZIPCCL_JOB_SECRET\s.*=\s*set\s', r.stdout, flags=re.M) is not None,
+          'ZIPCCL_JOB_SECRET shows as set', r)
+    check(secret not in r.stdout + r.stderr, 'the secret is never printed', r)
+    r = run(info, extra_env={'ZIPCCL_JOB_SECRET': secret + '\t'})
+    check(r.returncode != 0 and 'ZIPCCL_JOB_SECRET' in r.stderr,
+          'a bad ZIPCCL_JOB_SECRET fails naming the variable', r)
+    check(secret not in r.stdout + r.stderr, 'a bad secret is not printed either', r)
+
     r = run(info, extra_env={'ZIPCCL_QSGD_BITS': '99'})
     check(r.returncode != 0, 'ZIPCCL_QSGD_BITS=99 makes zipccl-info fail', r)
     check('ZIPCCL_QSGD_BITS' in r.stderr, 'the error names ZIPCCL_QSGD_BITS', r)
