@@ -131,6 +131,17 @@ static inline uint8_t *exact_copy(const void *src, size_t len)
     return p;
 }
 
+/* @p src's @p len bytes then @p extra bytes of @p fill, in a block of exactly that length:
+ * a payload with trailing bytes, which every decoder must refuse. */
+static inline uint8_t *padded_copy(const void *src, size_t len, size_t extra, uint8_t fill)
+{
+    uint8_t *p = xmalloc(len + extra);
+    if (len)
+        memcpy(p, src, len);
+    memset(p + len, fill, extra);
+    return p;
+}
+
 /* Decodes into a fresh zeroed array of exactly n floats. */
 static inline float *decode_ok(const payload_t *pl, size_t n)
 {

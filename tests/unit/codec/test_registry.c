@@ -186,9 +186,7 @@ ParameterizedTest(zc_codec_id_t *id, registry, hostile_lengths)
                   zc_status_string(s));
         free(t);
     }
-    uint8_t *padded = xmalloc(c.len + 1);
-    memcpy(padded, c.payload, c.len);
-    padded[c.len] = 0;
+    uint8_t *padded = padded_copy(c.payload, c.len, 1, 0);
     cr_assert_eq(zc_codec_decode_add(c.state, padded, c.len + 1, y, n), ZC_ERR_CORRUPT,
                  "%s: one byte appended", zc_codec_name(*id));
     if (!zc_codec_needs_state(&c.params) || *id == ZC_CODEC_TOPK)
