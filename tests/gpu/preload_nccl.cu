@@ -37,18 +37,22 @@ static int rank_, size_;
         fputc('\n', stderr);                                                                       \
         exit(1);                                                                                   \
     } while (0)
-#define CUDA(call)                                                                                 \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            FAIL("%s: %s", #call, cudaGetErrorString(e_));                                         \
-    } while (0)
-#define NCCL(call)                                                                                 \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != ncclSuccess)                                                                     \
-            FAIL("%s: %s", #call, ncclGetErrorString(r_));                                         \
-    } while (0)
+
+/* A failed CUDA or NCCL call @p call ends the rank (FAIL). */
+static void cuda_ok(cudaError_t e, const char *call)
+{
+    if (e != cudaSuccess)
+        FAIL("%s: %s", call, cudaGetErrorString(e));
+}
+
+static void nccl_ok(ncclResult_t r, const char *call)
+{
+    if (r != ncclSuccess)
+        FAIL("%s: %s", call, ncclGetErrorString(r));
+}
+
+#define CUDA(call) cuda_ok((call), #call)
+#define NCCL(call) nccl_ok((call), #call)
 
 /* Rank r's element i of call k: uniform in [-a_r, a_r] (exact == 0), or an integer (exact). */
 __host__ __device__ static float input(int k, int r, size_t i, int exact)
