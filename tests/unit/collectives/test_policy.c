@@ -676,7 +676,7 @@ Test(policy, choices_are_deterministic)
 #define MAX_RANKS 4
 
 typedef struct init_arg {
-    const zc_config_t *cfg;
+    zc_config_t cfg; /* every rank's */
     zc_status_t status[MAX_RANKS];
     zc_policy_t pol[MAX_RANKS];
 } init_arg_t;
@@ -684,23 +684,17 @@ typedef struct init_arg {
 static void init_body(membs_rank_t *r)
 {
     init_arg_t *a = r->arg;
-    a->status[r->rank] = zc_policy_init(&a->pol[r->rank], a->cfg, r->bs, r->comm);
+    a->status[r->rank] = zc_policy_init(&a->pol[r->rank], &a->cfg, r->bs, r->comm);
 }
 
-static zc_config_t load_config(char *const *envp)
-{
-    zc_config_t cfg;
-    cr_assert_eq(zc_config_load(envp, &cfg), ZC_OK);
-    cfg.timeout_s = 30; /* a stuck rank fails in seconds */
-    return cfg;
-}
-
-static void run_init(int size, const zc_config_t *cfg, init_arg_t *a)
+/* zc_policy_init on @p size ranks, all with the configuration of @p envp. */
+static void run_init(int size, char *const *envp, init_arg_t *a)
 {
     char why[600];
     memset(a, 0, sizeof(*a));
-    a->cfg = cfg;
-    cr_assert_eq(membs_run(size, cfg, init_body, a, why, sizeof(why)), 0, "%s", why);
+    cr_assert_eq(zc_config_load(envp, &a->cfg), ZC_OK);
+    a->cfg.timeout_s = 30; /* a stuck rank fails in seconds */
+    cr_assert_eq(membs_run(size, &a->cfg, init_body, a, why, sizeof(why)), 0, "%s", why);
 }
 
 Test(policy_init, bad_arguments)
@@ -717,10 +711,9 @@ Test(policy_init, fixed_configuration_measures_nothing)
 {
     char *env[] = {"ZIPCCL_CODEC=qsgd",     "ZIPCCL_ALGO=scatter",      "ZIPCCL_QSGD_BITS=8",
                    "ZIPCCL_MIN_BYTES=1MiB", "ZIPCCL_TOPK_DENSITY=0.05", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(2, &cfg, &a);
+    run_init(2, env, &a);
     for (int r = 0; r < 2; r++) {
         const zc_policy_t *pol = &a.pol[r];
         cr_assert_eq(a.status[r], ZC_OK, "rank %d: %s", r, zc_status_string(a.status[r]));
@@ -772,10 +765,9 @@ static void assert_agreed(const init_arg_t *a, int size)
 Test(policy_init, auto_agrees_on_two_ranks)
 {
     char *env[] = {"ZIPCCL_CODEC=auto", "ZIPCCL_ALGO=auto", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(2, &cfg, &a);
+    run_init(2, env, &a);
     assert_agreed(&a, 2);
     const zc_policy_inputs_t *in = &a.pol[0].in;
     for (int c = ZC_CODEC_QSGD; c <= ZC_CODEC_BF16; c += ZC_CODEC_BF16 - ZC_CODEC_QSGD) {
@@ -802,20 +794,18 @@ Test(policy_init, auto_agrees_on_three_ranks)
 {
     /* three ranks: left and right neighbours differ */
     char *env[] = {"ZIPCCL_CODEC=auto", "ZIPCCL_ALGO=scatter", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(3, &cfg, &a);
+    run_init(3, env, &a);
     assert_agreed(&a, 3);
 }
 
 Test(policy_init, fixed_codec_with_auto_algo_measures_that_codec)
 {
     char *env[] = {"ZIPCCL_CODEC=topk", "ZIPCCL_ALGO=auto", "ZIPCCL_TOPK_DENSITY=0.01", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(2, &cfg, &a);
+    run_init(2, env, &a);
     assert_agreed(&a, 2);
     /*
      * 1% kept, 32 value bits plus the Rice-coded gap (about the 8.08-bit
@@ -829,10 +819,9 @@ Test(policy_init, fixed_codec_with_auto_algo_measures_that_codec)
 Test(policy_init, one_rank_auto)
 {
     char *env[] = {"ZIPCCL_CODEC=auto", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(1, &cfg, &a);
+    run_init(1, env, &a);
     cr_assert_eq(a.status[0], ZC_OK);
     cr_assert_eq(a.pol[0].measured, 1);
     assert_raw(zc_policy_choose(&a.pol[0], 1 << 24, ZC_DTYPE_F32, ZC_OP_SUM), "one rank, auto");
@@ -842,10 +831,9 @@ Test(policy_init, one_rank_auto)
 Test(policy_init, gradiveq_without_a_dimension_warns_under_auto_algo)
 {
     char *env[] = {"ZIPCCL_CODEC=gradiveq", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(1, &cfg, &a);
+    run_init(1, env, &a);
     cr_assert_eq(a.status[0], ZC_OK);
     cr_assert_eq(captured(ZC_LOG_WARN, "ZIPCCL_GRADIVEQ_DIM"), 1);
     cr_assert_eq(a.pol[0].params[ZC_CODEC_GRADIVEQ].gradiveq.ranks, 1);
@@ -855,10 +843,9 @@ Test(policy_init, invalid_gradiveq_parameters_fail)
 {
     char *env[] = {"ZIPCCL_CODEC=qsgd", "ZIPCCL_ALGO=allgather", "ZIPCCL_GRADIVEQ_SLICE=16",
                    "ZIPCCL_GRADIVEQ_DIM=32", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(1, &cfg, &a);
+    run_init(1, env, &a);
     cr_assert_eq(a.status[0], ZC_ERR_INVALID_CONFIG);
     const char *msg = captured_msg(ZC_LOG_ERROR, "policy:");
     cr_assert(msg && strstr(msg, "ZIPCCL_GRADIVEQ_DIM=32") &&
