@@ -234,13 +234,6 @@ static void *make_input(zc_dtype_t dtype, size_t n, uint64_t seed, int special)
     return h;
 }
 
-static zc_codec_params_t params_of(zc_codec_id_t codec)
-{
-    zc_codec_params_t p;
-    cr_assert_eq(zc_codec_params_default(codec, &p), ZC_OK);
-    return p;
-}
-
 static const uint64_t odd_sizes[] = {0, 1, 3, 4, 5, 63, 64, 65, 1001, 4097, 65537};
 static const zc_dtype_t dtypes[] = {ZC_DTYPE_F32, ZC_DTYPE_F16, ZC_DTYPE_BF16};
 

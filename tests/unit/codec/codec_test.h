@@ -63,11 +63,18 @@ static inline float *zeros_f32(size_t n)
     return p;
 }
 
+/* The default parameters of @p id; the test fails if there are none. */
+static inline zc_codec_params_t params_of(zc_codec_id_t id)
+{
+    zc_codec_params_t p;
+    cr_assert_eq(zc_codec_params_default(id, &p), ZC_OK, "%s", zc_codec_name(id));
+    return p;
+}
+
 static inline zc_codec_params_t qsgd_params(uint32_t levels, uint32_t bucket, zc_qsgd_scale_t scale,
                                             zc_qsgd_coding_t coding)
 {
-    zc_codec_params_t p;
-    cr_assert_eq(zc_codec_params_default(ZC_CODEC_QSGD, &p), ZC_OK);
+    zc_codec_params_t p = params_of(ZC_CODEC_QSGD);
     p.qsgd.levels = levels;
     p.qsgd.bucket = bucket;
     p.qsgd.scale = scale;

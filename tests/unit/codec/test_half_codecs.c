@@ -27,13 +27,6 @@ static const zc_codec_id_t half_codecs[] = {ZC_CODEC_FP16, ZC_CODEC_BF16};
 
 /* ------------------------------------------------------------ test helpers */
 
-static zc_codec_params_t params_of(zc_codec_id_t id)
-{
-    zc_codec_params_t p;
-    cr_assert_eq(zc_codec_params_default(id, &p), ZC_OK);
-    return p;
-}
-
 static zc_dtype_t native_dtype(zc_codec_id_t id)
 {
     return id == ZC_CODEC_FP16 ? ZC_DTYPE_F16 : ZC_DTYPE_BF16;

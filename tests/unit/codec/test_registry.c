@@ -27,13 +27,6 @@ typedef struct coded {
     size_t len;
 } coded_t;
 
-static zc_codec_params_t params_of(zc_codec_id_t id)
-{
-    zc_codec_params_t p;
-    cr_assert_eq(zc_codec_params_default(id, &p), ZC_OK, "%s", zc_codec_name(id));
-    return p;
-}
-
 /* Encodes @p n values of @p dtype; the payload buffer is exactly the bound. */
 static coded_t encode(zc_codec_id_t id, zc_dtype_t dtype, const void *src, size_t n)
 {
