@@ -8,6 +8,7 @@
 #include "common/compiler.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "tests/unit/ucx/log_capture.h"
 #include "tests/unit/ucx/membs.h"
 
 #include <criterion/criterion.h>
@@ -17,58 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- log capture, shared by the rank threads ---- */
-
-#define MAX_CAPTURED 64
-
-static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
-static int cap_count;
-static zc_log_level_t cap_level[MAX_CAPTURED];
-static char cap_msg[MAX_CAPTURED][1024];
-
-static void capture_sink(void *arg, zc_log_level_t level, const char *file, int line,
-                         const char *msg)
-{
-    pthread_mutex_lock(&cap_lock);
-    if (cap_count < MAX_CAPTURED) {
-        cap_level[cap_count] = level;
-        snprintf(cap_msg[cap_count], sizeof(cap_msg[0]), "%s", msg);
-    }
-    cap_count++;
-    pthread_mutex_unlock(&cap_lock);
-}
-
-/* Messages at @p level containing @p needle. */
-static int captured(zc_log_level_t level, const char *needle)
-{
-    int n = 0;
-    for (int i = 0; i < cap_count && i < MAX_CAPTURED; i++)
-        n += cap_level[i] == level && strstr(cap_msg[i], needle) != NULL;
-    return n;
-}
-
-static const char *captured_msg(zc_log_level_t level, const char *needle)
-{
-    for (int i = 0; i < cap_count && i < MAX_CAPTURED; i++)
-        if (cap_level[i] == level && strstr(cap_msg[i], needle))
-            return cap_msg[i];
-    return NULL;
-}
-
 static void setup(void)
 {
-    cap_count = 0;
-    zc_log_set_level(ZC_LOG_INFO);
-    zc_log_set_sink(capture_sink, NULL);
+    capture_start(ZC_LOG_INFO);
 }
 
-static void teardown(void)
-{
-    zc_log_set_sink(NULL, NULL);
-}
-
-TestSuite(policy, .init = setup, .fini = teardown, .timeout = 60);
-TestSuite(policy_init, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(policy, .init = setup, .fini = capture_stop, .timeout = 60);
+TestSuite(policy_init, .init = setup, .fini = capture_stop, .timeout = 60);
 
 /* ---- hand-built policies ---- */
 
