@@ -145,6 +145,43 @@ static double bench_memcpy(void *dst, const void *src, size_t bytes, int reps)
     return bytes / best * 1e-9;
 }
 
+/* The best (smallest) time of each step over the measured runs. */
+typedef struct best {
+    double encode, decode, reduce;
+} best_t;
+
+static const best_t best_none = {1e30, 1e30, 1e30};
+
+static void best_update(best_t *b, int run, double encode, double decode, double reduce)
+{
+    if (run == 0) /* the warm-up */
+        return;
+    b->encode = fmin(b->encode, encode);
+    b->decode = fmin(b->decode, decode);
+    b->reduce = fmin(b->reduce, reduce);
+}
+
+/*
+ * The figures of one setting from its best times, the payload length @p len and
+ * the values @p out of the last decode of @p x (with error feedback, of one step).
+ */
+static void fill_result(result_t *res, const best_t *best, int linear, const float *x,
+                        const float *out, size_t n, size_t len)
+{
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)out[i] - x[i];
+        err += d * d;
+        norm += (double)x[i] * x[i];
+    }
+    const double bytes = (double)n * sizeof(float);
+    res->encode_gbs = bytes / best->encode * 1e-9;
+    res->decode_gbs = bytes / best->decode * 1e-9;
+    res->reduce_gbs = linear ? bytes / best->reduce * 1e-9 : 0;
+    res->bits_per_coord = len * 8.0 / n;
+    res->rel_err = sqrt(err / norm);
+}
+
 static int fail(const setting_t *st, const char *what, zc_status_t status)
 {
     fprintf(stderr, "codec_bench: %s: %s: %s\n", st->name, what, zc_status_string(status));
@@ -181,7 +218,7 @@ static int run_setting(const setting_t *st, const float *x, size_t n, float *out
         }
     }
 
-    double enc_best = 1e30, dec_best = 1e30, red_best = 1e30;
+    best_t best = best_none;
     size_t len = 0, rlen = 0;
     int linear = (zc_codec_caps(st->codec) & ZC_CODEC_CAP_LINEAR) != 0;
     for (int r = 0; r <= reps; r++) {
@@ -208,25 +245,9 @@ static int run_setting(const setting_t *st, const float *x, size_t n, float *out
             goto out;
         }
         double t5 = now_s();
-        if (r > 0) { /* run 0 is the warm-up */
-            enc_best = fmin(enc_best, t1 - t0);
-            dec_best = fmin(dec_best, t3 - t2);
-            red_best = fmin(red_best, t5 - t4);
-        }
+        best_update(&best, r, t1 - t0, t3 - t2, t5 - t4);
     }
-    /* error of the last decode against this input (with error feedback, of one step) */
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)out[i] - x[i];
-        err += d * d;
-        norm += (double)x[i] * x[i];
-    }
-    double bytes = (double)n * sizeof(float);
-    res->encode_gbs = bytes / enc_best * 1e-9;
-    res->decode_gbs = bytes / dec_best * 1e-9;
-    res->reduce_gbs = linear ? bytes / red_best * 1e-9 : 0;
-    res->bits_per_coord = len * 8.0 / n;
-    res->rel_err = sqrt(err / norm);
+    fill_result(res, &best, linear, x, out, n, len);
     rc = 0;
 out:
     zc_codec_state_destroy(state);
@@ -314,7 +335,7 @@ static int run_setting_cuda(const setting_t *st, const float *hx, size_t n, cuda
         }
     }
     const int linear = (zc_codec_caps(st->codec) & ZC_CODEC_CAP_LINEAR) != 0;
-    double enc_best = 1e30, dec_best = 1e30, red_best = 1e30;
+    best_t best = best_none;
     uint64_t len = 0;
     for (int r = 0; r <= reps; r++) {
         zc_codec_rng_t rng = {.seed = 1, .counter = (uint32_t)r};
@@ -357,11 +378,7 @@ static int run_setting_cuda(const setting_t *st, const float *hx, size_t n, cuda
             }
             t_red = event_s(b->e0, b->e1);
         }
-        if (r > 0) { /* run 0 is the warm-up */
-            enc_best = fmin(enc_best, t_enc);
-            dec_best = fmin(dec_best, t_dec);
-            red_best = fmin(red_best, t_red);
-        }
+        best_update(&best, r, t_enc, t_dec, t_red);
     }
     float *out = malloc(n * sizeof(float));
     if (!out || cudaMemcpy(out, b->out, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
@@ -369,19 +386,8 @@ static int run_setting_cuda(const setting_t *st, const float *hx, size_t n, cuda
         cuda_fail(st, "reading the decoded values", (int)cudaGetLastError());
         goto out;
     }
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)out[i] - hx[i];
-        err += d * d;
-        norm += (double)hx[i] * hx[i];
-    }
+    fill_result(res, &best, linear, hx, out, n, (size_t)len);
     free(out);
-    const double bytes = (double)n * sizeof(float);
-    res->encode_gbs = bytes / enc_best * 1e-9;
-    res->decode_gbs = bytes / dec_best * 1e-9;
-    res->reduce_gbs = linear ? bytes / red_best * 1e-9 : 0;
-    res->bits_per_coord = len * 8.0 / n;
-    res->rel_err = sqrt(err / norm);
     rc = 0;
 out:
     zc_cuda_state_destroy(state);

@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_size.h"
 #include "plugin/nccl/nccl_abi.h"
 
 #define MAX_RANKS 16
@@ -77,19 +78,6 @@ static void quiet_logger(ncclDebugLogLevel level, unsigned long flags, const cha
         fputc('\n', stderr);
         va_end(ap);
     }
-}
-
-static size_t parse_size(const char *s)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (*end == 'K' || *end == 'k')
-        v *= 1024;
-    else if (*end == 'M' || *end == 'm')
-        v *= 1024 * 1024;
-    else if (*end == 'G' || *end == 'g')
-        v *= 1024.0 * 1024 * 1024;
-    return (size_t)v;
 }
 
 /* ---- one rank ------------------------------------------------------------------------------ */
@@ -308,9 +296,9 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--ranks"))
             o.ranks = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--chunk"))
-            o.chunk = parse_size(argv[i + 1]);
+            o.chunk = bench_parse_size(argv[i + 1]);
         else if (!strcmp(argv[i], "--region"))
-            o.region = parse_size(argv[i + 1]);
+            o.region = bench_parse_size(argv[i + 1]);
         else if (!strcmp(argv[i], "--window"))
             o.window = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--passes"))

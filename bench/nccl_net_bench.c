@@ -33,8 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef ZC_NET_PLUGIN_PATH
@@ -195,8 +193,18 @@ typedef struct result {
     double plugin_gbs, transport_gbs;
 } result_t;
 
-static int run_rank(int rank, int fd, const options_t *o, result_t *res)
+/* What both ranks are given: the options and the results' array. */
+typedef struct bench_args {
+    const options_t *o;
+    result_t *res;
+} bench_args_t;
+
+/* One rank (a bench_rank_fn); @p arg is a bench_args_t. */
+static int run_rank(int rank, int fd, void *arg)
 {
+    const bench_args_t *a = arg;
+    const options_t *o = a->o;
+    result_t *res = a->res;
     zc_config_t cfg;
     bench_pair_t pc = {.fd = fd, .rank = rank};
     zc_bootstrap_t bs = {.ops = &bench_pair_ops, .ctx = &pc, .rank = rank, .size = 2};
@@ -330,27 +338,9 @@ int main(int argc, char **argv)
         return usage();
     setenv("ZIPCCL_NET_IFNAME", "lo", 0);
 
-    int fds[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
-        perror("socketpair");
-        return 1;
-    }
     result_t res[MAX_SIZES];
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("fork");
-        return 1;
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        _exit(run_rank(1, fds[1], &o, res));
-    }
-    close(fds[1]);
-    int rc = run_rank(0, fds[0], &o, res);
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    if (rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    bench_args_t args = {.o = &o, .res = res};
+    if (bench_pair_fork("", run_rank, &args) != 0)
         return 1;
 
     const char *tls = getenv("UCX_TLS");

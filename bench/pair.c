@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int full_io(int fd, void *buf, size_t len, int writing)
@@ -70,4 +72,29 @@ zc_status_t bench_pair_bw(zc_ucx_comm_t *comm, int rank, size_t size, int iters,
     else
         ZC_CHECK(zc_ucx_isend(comm, 0, BENCH_PAIR_TAG_ACK, &ack, sizeof(ack), &ack_req));
     return zc_ucx_wait(comm, &ack_req, "bandwidth ack");
+}
+
+int bench_pair_fork(const char *prefix, bench_rank_fn rank_main, void *arg)
+{
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
+        fprintf(stderr, "%ssocketpair: %s\n", prefix, strerror(errno));
+        return -1;
+    }
+    fflush(stdout); /* or the child prints this process's buffered output again */
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "%sfork: %s\n", prefix, strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        _exit(rank_main(1, fds[1], arg));
+    }
+    close(fds[1]);
+    int rc = rank_main(0, fds[0], arg);
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 }

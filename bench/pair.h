@@ -1,8 +1,8 @@
 /*
- * What the two-rank benchmarks share (transport_bench, nccl_net_bench: each
- * forks itself into rank 0 and rank 1 before UCX starts): a bootstrap over a
- * socketpair (allgather and barrier, enough for zc_ucx_comm_create) and the
- * transport's bandwidth loop.
+ * What the two-rank benchmarks share (transport_bench, nccl_net_bench): the
+ * fork into rank 0 and rank 1 before UCX starts, a bootstrap over the
+ * socketpair between them (allgather and barrier, enough for
+ * zc_ucx_comm_create) and the transport's bandwidth loop.
  */
 #ifndef ZC_BENCH_PAIR_H
 #define ZC_BENCH_PAIR_H
@@ -36,5 +36,16 @@ extern const zc_bootstrap_ops_t bench_pair_ops;
  */
 zc_status_t bench_pair_bw(zc_ucx_comm_t *comm, int rank, size_t size, int iters, int window,
                           uint8_t *buf, zc_ucx_req_t *req);
+
+/* One rank of a two-rank benchmark: @p fd is its end of the socketpair. */
+typedef int (*bench_rank_fn)(int rank, int fd, void *arg);
+
+/*
+ * Forks this process into rank 1 (the child, which exits with @p rank_main's
+ * result) and rank 0 (this process), joined by a socketpair, before either
+ * starts UCX. Returns 0 when both ranks returned 0, 1 when one did not, -1
+ * when the socketpair or the fork failed (printed, after @p prefix).
+ */
+int bench_pair_fork(const char *prefix, bench_rank_fn rank_main, void *arg);
 
 #endif

@@ -19,6 +19,8 @@
  * slowest rank's; the table gives the medians, the bus bandwidth 2 (N-1)/N * bytes / time
  * and the ratio PMPI time / MPI_Allreduce time (> 1: the preload is faster).
  */
+#include "bench_size.h"
+
 #include <mpi.h>
 
 #include <math.h>
@@ -30,19 +32,6 @@
 #define MAX_ITERS 50
 
 static int rank, nranks;
-
-static size_t parse_size(const char *s)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (*end == 'K' || *end == 'k')
-        v *= 1024;
-    else if (*end == 'M' || *end == 'm')
-        v *= 1024 * 1024;
-    else if (*end == 'G' || *end == 'g')
-        v *= 1024.0 * 1024 * 1024;
-    return (size_t)v;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -115,9 +104,9 @@ int main(int argc, char **argv)
         if (a + 1 >= argc)
             usage();
         if (!strcmp(argv[a], "-b"))
-            lo = parse_size(argv[++a]);
+            lo = bench_parse_size(argv[++a]);
         else if (!strcmp(argv[a], "-e"))
-            hi = parse_size(argv[++a]);
+            hi = bench_parse_size(argv[++a]);
         else if (!strcmp(argv[a], "-f"))
             factor = (size_t)atoi(argv[++a]);
         else if (!strcmp(argv[a], "-n"))

@@ -233,6 +233,12 @@ typedef struct result {
     double ucx; /* the same for ucx_perftest, 0 when not measured */
 } result_t;
 
+/* What both ranks are given: the options, and where rank 0 puts the results. */
+typedef struct bench_args {
+    const options_t *o;
+    result_t *bw, *lat;
+} bench_args_t;
+
 static int bw_iters(const options_t *o, size_t size)
 {
     size_t n = o->bytes / (size ? size : 1);
@@ -241,8 +247,12 @@ static int bw_iters(const options_t *o, size_t size)
 
 #define LAT_ITERS 20000
 
-static int run_rank(int rank, int fd, const options_t *o, result_t *bw, result_t *lat)
+/* One rank (a bench_rank_fn); @p arg is a bench_args_t. */
+static int run_rank(int rank, int fd, void *arg)
 {
+    const bench_args_t *a = arg;
+    const options_t *o = a->o;
+    result_t *bw = a->bw, *lat = a->lat;
     zc_config_t cfg;
     bench_pair_t pc = {.fd = fd, .rank = rank};
     zc_bootstrap_t bs = {.ops = &bench_pair_ops, .ctx = &pc, .rank = rank, .size = 2};
@@ -460,29 +470,11 @@ int main(int argc, char **argv)
 
     /* results come back from rank 1 through nothing: rank 0 measures and prints */
     static result_t bw[MAX_SIZES], lat[MAX_SIZES];
-    int fds[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
-        perror("transport_bench: socketpair");
-        return 1;
-    }
-    fflush(stdout);
-    /* both ranks come from this fork, before either starts UCX */
-    pid_t child = fork();
-    if (child < 0) {
-        perror("transport_bench: fork");
-        return 1;
-    }
-    if (child == 0) {
-        close(fds[0]);
-        _exit(run_rank(1, fds[1], &o, bw, lat));
-    }
-    close(fds[1]);
-    int rc = run_rank(0, fds[0], &o, bw, lat);
-    close(fds[0]);
-    int status;
-    waitpid(child, &status, 0);
-    if (rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "transport_bench: a rank failed\n");
+    bench_args_t args = {.o = &o, .bw = bw, .lat = lat};
+    int rc = bench_pair_fork("transport_bench: ", run_rank, &args);
+    if (rc != 0) {
+        if (rc > 0)
+            fprintf(stderr, "transport_bench: a rank failed\n");
         return 1;
     }
     zc_config_t cfg;

@@ -138,40 +138,40 @@ DEFINE_RED_INT(u64, uint64_t, uint64_t)
 /*
  * Scalar: every value is read before it is written, so out may be a or b. The
  * conversions are half.h's reference ones (round to nearest even, NaN kept a
- * quiet NaN).
+ * quiet NaN). min and max decide as MIN_FLT and MAX_FLT do, on the values, and
+ * return the chosen operand's own bits.
  */
+static inline uint16_t half_min(uint16_t hx, uint16_t hy, float x, float y)
+{
+    return x != x ? hx : y != y ? hy : x < y ? hx : y < x ? hy : signbit(x) ? hx : hy;
+}
+
+static inline uint16_t half_max(uint16_t hx, uint16_t hy, float x, float y)
+{
+    return x != x ? hx : y != y ? hy : x > y ? hx : y > x ? hy : signbit(x) ? hy : hx;
+}
+
+/* E: the result's bits from the operands' bits hx, hy and their values x, y. */
+#define DEFINE_RED_HALF_OP(name, TO_F32, E)                                                        \
+    static void name(void *out_, const void *a_, const void *b_, size_t n)                         \
+    {                                                                                              \
+        uint16_t *out = out_;                                                                      \
+        const uint16_t *a = a_, *b = b_;                                                           \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            uint16_t hx = a[i], hy = b[i];                                                         \
+            float x = TO_F32(hx), y = TO_F32(hy);                                                  \
+            out[i] = (E);                                                                          \
+        }                                                                                          \
+    }
+
 #define DEFINE_RED_HALF(sfx, TO_F32, FROM_F32)                                                     \
     static void sum_##sfx(void *out, const void *a, const void *b, size_t n)                       \
     {                                                                                              \
         zc_half_kernels(ZC_HALF_##sfx##_FMT)->reduce(a, b, n, out);                                \
     }                                                                                              \
-    static void prod_##sfx(void *out_, const void *a_, const void *b_, size_t n)                   \
-    {                                                                                              \
-        uint16_t *out = out_;                                                                      \
-        const uint16_t *a = a_, *b = b_;                                                           \
-        for (size_t i = 0; i < n; i++)                                                             \
-            out[i] = FROM_F32(TO_F32(a[i]) * TO_F32(b[i]));                                        \
-    }                                                                                              \
-    static void min_##sfx(void *out_, const void *a_, const void *b_, size_t n)                    \
-    {                                                                                              \
-        uint16_t *out = out_;                                                                      \
-        const uint16_t *a = a_, *b = b_;                                                           \
-        for (size_t i = 0; i < n; i++) {                                                           \
-            uint16_t hx = a[i], hy = b[i];                                                         \
-            float x = TO_F32(hx), y = TO_F32(hy);                                                  \
-            out[i] = x != x ? hx : y != y ? hy : x < y ? hx : y < x ? hy : signbit(x) ? hx : hy;   \
-        }                                                                                          \
-    }                                                                                              \
-    static void max_##sfx(void *out_, const void *a_, const void *b_, size_t n)                    \
-    {                                                                                              \
-        uint16_t *out = out_;                                                                      \
-        const uint16_t *a = a_, *b = b_;                                                           \
-        for (size_t i = 0; i < n; i++) {                                                           \
-            uint16_t hx = a[i], hy = b[i];                                                         \
-            float x = TO_F32(hx), y = TO_F32(hy);                                                  \
-            out[i] = x != x ? hx : y != y ? hy : x > y ? hx : y > x ? hy : signbit(x) ? hy : hx;   \
-        }                                                                                          \
-    }
+    DEFINE_RED_HALF_OP(prod_##sfx, TO_F32, FROM_F32(PROD_FLT(x, y)))                               \
+    DEFINE_RED_HALF_OP(min_##sfx, TO_F32, half_min(hx, hy, x, y))                                  \
+    DEFINE_RED_HALF_OP(max_##sfx, TO_F32, half_max(hx, hy, x, y))
 
 #define ZC_HALF_f16_FMT ZC_HALF_F16
 #define ZC_HALF_bf16_FMT ZC_HALF_BF16

@@ -83,6 +83,27 @@ static void path_name(int algo, int codec, char *buf, size_t len)
         snprintf(buf, len, "%s/%s", a ? a : "?", c ? c : "?");
 }
 
+/*
+ * The next path with calls from *@p index on (rows in (algorithm, codec) order), with its
+ * mean error; 0 when there is none left. The table and the JSON list the same rows.
+ */
+static int next_path(const zc_stats_book_t *book, int *index, int *algo_p, int *codec_p,
+                     zc_stats_t *row_p)
+{
+    for (; *index < ZC_ALGO_COUNT * ZC_CODEC_COUNT; (*index)++) {
+        const int a = *index / ZC_CODEC_COUNT, c = *index % ZC_CODEC_COUNT;
+        const zc_stats_t *s = &book->rows[a][c];
+        if (!s->calls)
+            continue;
+        (*index)++;
+        *algo_p = a;
+        *codec_p = c;
+        *row_p = with_mean(s, s->rel_err);
+        return 1;
+    }
+    return 0;
+}
+
 #define MIB (1024.0 * 1024.0)
 
 static void print_row(FILE *f, int rank, const char *name, const zc_stats_t *s, int with_residual)
@@ -110,21 +131,15 @@ static void print_row(FILE *f, int rank, const char *name, const zc_stats_t *s, 
 void zc_stats_print(const zc_stats_book_t *book, double residual_norm, int rank, int size, FILE *f)
 {
     char name[64];
-    zc_stats_t total;
+    zc_stats_t total, row;
 
     fprintf(f, "zipccl all-reduce statistics, rank %d of %d\n", rank, size);
     fprintf(f, "%4s  %-16s %8s %11s %11s %7s %9s %9s %9s %10s %10s\n", "rank", "path", "calls",
             "MiB in", "MiB wire", "ratio", "encode s", "decode s", "total s", "rel err",
             "residual");
-    for (int a = 0; a < ZC_ALGO_COUNT; a++) {
-        for (int c = 0; c < ZC_CODEC_COUNT; c++) {
-            const zc_stats_t *s = &book->rows[a][c];
-            if (!s->calls)
-                continue;
-            zc_stats_t row = with_mean(s, s->rel_err);
-            path_name(a, c, name, sizeof(name));
-            print_row(f, rank, name, &row, 0);
-        }
+    for (int i = 0, a, c; next_path(book, &i, &a, &c, &row);) {
+        path_name(a, c, name, sizeof(name));
+        print_row(f, rank, name, &row, 0);
     }
     zc_stats_totals(book, residual_norm, &total);
     print_row(f, rank, "total", &total, 1);
@@ -195,29 +210,23 @@ static void json_fields(FILE *f, const zc_stats_t *s, int with_residual)
 static void json_write(FILE *f, const zc_stats_book_t *book, double residual_norm, int rank,
                        int size)
 {
-    zc_stats_t total;
+    zc_stats_t total, row;
     int first = 1;
 
     zc_stats_totals(book, residual_norm, &total);
     fprintf(f, "{\n  \"rank\": %d,\n  \"size\": %d,\n  \"total\": {", rank, size);
     json_fields(f, &total, 1);
     fputs("},\n  \"paths\": [", f);
-    for (int a = 0; a < ZC_ALGO_COUNT; a++) {
-        for (int c = 0; c < ZC_CODEC_COUNT; c++) {
-            const zc_stats_t *s = &book->rows[a][c];
-            if (!s->calls)
-                continue;
-            zc_stats_t row = with_mean(s, s->rel_err);
-            const char *an = zc_algo_name((zc_algo_id_t)a), *cn = zc_codec_name((zc_codec_id_t)c);
-            fputs(first ? "\n    {\"algo\": " : ",\n    {\"algo\": ", f);
-            json_string(f, an ? an : "?");
-            fputs(", \"codec\": ", f);
-            json_string(f, cn ? cn : "?");
-            fputs(", ", f);
-            json_fields(f, &row, 0);
-            fputc('}', f);
-            first = 0;
-        }
+    for (int i = 0, a, c; next_path(book, &i, &a, &c, &row);) {
+        const char *an = zc_algo_name((zc_algo_id_t)a), *cn = zc_codec_name((zc_codec_id_t)c);
+        fputs(first ? "\n    {\"algo\": " : ",\n    {\"algo\": ", f);
+        json_string(f, an ? an : "?");
+        fputs(", \"codec\": ", f);
+        json_string(f, cn ? cn : "?");
+        fputs(", ", f);
+        json_fields(f, &row, 0);
+        fputc('}', f);
+        first = 0;
     }
     fputs(first ? "]\n}\n" : "\n  ]\n}\n", f);
 }

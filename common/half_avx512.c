@@ -81,6 +81,26 @@ static inline __m256i half_nan_pick(__m256i r, __m256i x, __m256i y, short inf, 
     return _mm256_mask_blend_epi16(nx, r, _mm256_or_si256(x, q));
 }
 
+typedef __m256i (*sum16_fn)(__m256i x, __m256i y);
+
+/* dst = sum(a, b), 16 values a step, then masked; inlined per format. */
+static inline __attribute__((always_inline)) void
+run_reduce(sum16_fn sum, const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a + 2 * i));
+        __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2 * i));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 2 * i), sum(x, y));
+    }
+    if (i < n) {
+        __mmask16 k = tail_mask(n - i);
+        __m256i x = _mm256_maskz_loadu_epi16(k, a + 2 * i);
+        __m256i y = _mm256_maskz_loadu_epi16(k, b + 2 * i);
+        _mm256_mask_storeu_epi16(dst + 2 * i, k, sum(x, y));
+    }
+}
+
 static inline __m256i f16_sum16(__m256i x, __m256i y)
 {
     __m256i r = _mm512_cvtps_ph(_mm512_add_ps(_mm512_cvtph_ps(x), _mm512_cvtph_ps(y)), RNE);
@@ -89,18 +109,7 @@ static inline __m256i f16_sum16(__m256i x, __m256i y)
 
 static void f16_reduce_avx512(const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst)
 {
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a + 2 * i));
-        __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2 * i));
-        _mm256_storeu_si256((__m256i *)(void *)(dst + 2 * i), f16_sum16(x, y));
-    }
-    if (i < n) {
-        __mmask16 k = tail_mask(n - i);
-        __m256i x = _mm256_maskz_loadu_epi16(k, a + 2 * i);
-        __m256i y = _mm256_maskz_loadu_epi16(k, b + 2 * i);
-        _mm256_mask_storeu_epi16(dst + 2 * i, k, f16_sum16(x, y));
-    }
+    run_reduce(f16_sum16, a, b, n, dst);
 }
 
 /* --------------------------------------------------------------- bf16 */
@@ -161,18 +170,7 @@ static inline __m256i bf16_sum16(__m256i x, __m256i y)
 
 static void bf16_reduce_avx512(const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst)
 {
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a + 2 * i));
-        __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2 * i));
-        _mm256_storeu_si256((__m256i *)(void *)(dst + 2 * i), bf16_sum16(x, y));
-    }
-    if (i < n) {
-        __mmask16 k = tail_mask(n - i);
-        __m256i x = _mm256_maskz_loadu_epi16(k, a + 2 * i);
-        __m256i y = _mm256_maskz_loadu_epi16(k, b + 2 * i);
-        _mm256_mask_storeu_epi16(dst + 2 * i, k, bf16_sum16(x, y));
-    }
+    run_reduce(bf16_sum16, a, b, n, dst);
 }
 
 const zc_half_kernels_t zc_half_kernels_avx512[ZC_HALF_NFORMATS] = {

@@ -12,59 +12,35 @@
 
 #include "common/half.h"
 
-static void f16_encode_scalar(const float *src, size_t n, uint8_t *dst)
-{
-    for (size_t i = 0; i < n; i++)
-        zc_half_store_le16(dst + 2 * i, zc_f32_to_f16(src[i]));
-}
-
-static void bf16_encode_scalar(const float *src, size_t n, uint8_t *dst)
-{
-    for (size_t i = 0; i < n; i++)
-        zc_half_store_le16(dst + 2 * i, zc_f32_to_bf16(src[i]));
-}
-
-static void f16_decode_add_scalar(const uint8_t *src, size_t n, float alpha, float *dst)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] += alpha * zc_f16_to_f32(zc_half_load_le16(src + 2 * i));
-}
-
-static void bf16_decode_add_scalar(const uint8_t *src, size_t n, float alpha, float *dst)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] += alpha * zc_bf16_to_f32(zc_half_load_le16(src + 2 * i));
-}
-
-static void f16_reduce_scalar(const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint16_t x = zc_half_load_le16(a + 2 * i), y = zc_half_load_le16(b + 2 * i);
-        uint16_t r;
-        if (zc_f16_bits_nan(x))
-            r = x | 0x0200u;
-        else if (zc_f16_bits_nan(y))
-            r = y | 0x0200u;
-        else
-            r = zc_f32_to_f16(zc_f16_to_f32(x) + zc_f16_to_f32(y));
-        zc_half_store_le16(dst + 2 * i, r);
+/* The three kernels of one format; QUIET is the bit that makes its NaN quiet. */
+#define DEFINE_HALF_SCALAR(fmt, TO_F32, FROM_F32, IS_NAN, QUIET)                                   \
+    static void fmt##_encode_scalar(const float *src, size_t n, uint8_t *dst)                      \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++)                                                             \
+            zc_half_store_le16(dst + 2 * i, FROM_F32(src[i]));                                     \
+    }                                                                                              \
+    static void fmt##_decode_add_scalar(const uint8_t *src, size_t n, float alpha, float *dst)     \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++)                                                             \
+            dst[i] += alpha * TO_F32(zc_half_load_le16(src + 2 * i));                              \
+    }                                                                                              \
+    static void fmt##_reduce_scalar(const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst)    \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            uint16_t x = zc_half_load_le16(a + 2 * i), y = zc_half_load_le16(b + 2 * i);           \
+            uint16_t r;                                                                            \
+            if (IS_NAN(x))                                                                         \
+                r = x | (QUIET);                                                                   \
+            else if (IS_NAN(y))                                                                    \
+                r = y | (QUIET);                                                                   \
+            else                                                                                   \
+                r = FROM_F32(TO_F32(x) + TO_F32(y));                                               \
+            zc_half_store_le16(dst + 2 * i, r);                                                    \
+        }                                                                                          \
     }
-}
 
-static void bf16_reduce_scalar(const uint8_t *a, const uint8_t *b, size_t n, uint8_t *dst)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint16_t x = zc_half_load_le16(a + 2 * i), y = zc_half_load_le16(b + 2 * i);
-        uint16_t r;
-        if (zc_bf16_bits_nan(x))
-            r = x | 0x0040u;
-        else if (zc_bf16_bits_nan(y))
-            r = y | 0x0040u;
-        else
-            r = zc_f32_to_bf16(zc_bf16_to_f32(x) + zc_bf16_to_f32(y));
-        zc_half_store_le16(dst + 2 * i, r);
-    }
-}
+DEFINE_HALF_SCALAR(f16, zc_f16_to_f32, zc_f32_to_f16, zc_f16_bits_nan, 0x0200u)
+DEFINE_HALF_SCALAR(bf16, zc_bf16_to_f32, zc_f32_to_bf16, zc_bf16_bits_nan, 0x0040u)
 
 const zc_half_kernels_t zc_half_kernels_scalar[ZC_HALF_NFORMATS] = {
     [ZC_HALF_F16] =

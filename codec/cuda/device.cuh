@@ -197,37 +197,30 @@ __device__ __forceinline__ float zc_dev_quiet(uint32_t u)
     return __uint_as_float(u | 0x00400000u);
 }
 
-__device__ __forceinline__ float zc_dev_add(float a, float b)
+/* @p s, the IEEE result of an operation on @p a and @p b, with x86's NaN. */
+__device__ __forceinline__ float zc_dev_x86_nan(float a, float b, float s)
 {
     uint32_t ua = __float_as_uint(a), ub = __float_as_uint(b);
     if (zc_dev_isnan_bits(ua))
         return zc_dev_quiet(ua);
     if (zc_dev_isnan_bits(ub))
         return zc_dev_quiet(ub);
-    float s = __fadd_rn(a, b);
     return zc_dev_isnan_bits(__float_as_uint(s)) ? __uint_as_float(ZC_X86_DEFAULT_NAN) : s;
+}
+
+__device__ __forceinline__ float zc_dev_add(float a, float b)
+{
+    return zc_dev_x86_nan(a, b, __fadd_rn(a, b));
 }
 
 __device__ __forceinline__ float zc_dev_sub(float a, float b)
 {
-    uint32_t ua = __float_as_uint(a), ub = __float_as_uint(b);
-    if (zc_dev_isnan_bits(ua))
-        return zc_dev_quiet(ua);
-    if (zc_dev_isnan_bits(ub))
-        return zc_dev_quiet(ub);
-    float s = __fsub_rn(a, b);
-    return zc_dev_isnan_bits(__float_as_uint(s)) ? __uint_as_float(ZC_X86_DEFAULT_NAN) : s;
+    return zc_dev_x86_nan(a, b, __fsub_rn(a, b));
 }
 
 __device__ __forceinline__ float zc_dev_mul(float a, float b)
 {
-    uint32_t ua = __float_as_uint(a), ub = __float_as_uint(b);
-    if (zc_dev_isnan_bits(ua))
-        return zc_dev_quiet(ua);
-    if (zc_dev_isnan_bits(ub))
-        return zc_dev_quiet(ub);
-    float s = __fmul_rn(a, b);
-    return zc_dev_isnan_bits(__float_as_uint(s)) ? __uint_as_float(ZC_X86_DEFAULT_NAN) : s;
+    return zc_dev_x86_nan(a, b, __fmul_rn(a, b));
 }
 
 /* Element i of a codec input of @p dtype, widened exactly to f32. */

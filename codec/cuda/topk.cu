@@ -106,16 +106,6 @@ __device__ __forceinline__ uint32_t key_of(float x)
     return __float_as_uint(x) & 0x7fffffffu;
 }
 
-__device__ __forceinline__ unsigned varint_len(uint64_t v)
-{
-    unsigned n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
 /* Digit d (0, 1, 2) of a key: bits 21..30, 10..20, 0..9 (select.c). */
 __device__ __forceinline__ uint32_t digit_shift(uint32_t d)
 {
@@ -413,7 +403,7 @@ __global__ void stats_kernel(plan *pl, const float *x, const uint64_t *idx, uint
         q0 += g >> c0;
         q1 += g >> c1;
         q2 += g >> c2;
-        vb += varint_len(g);
+        vb += zc_varint_len(g);
         const uint32_t key = key_of(x[idx[j]]);
         if (key < ZC_TOPK_INF_KEY && key > fmax)
             fmax = key;
@@ -513,7 +503,7 @@ __global__ void values_kernel(const plan *pl, float *x, const uint64_t *idx, uin
 
 __device__ __forceinline__ uint64_t code_len(const plan *pl, uint64_t g)
 {
-    return pl->rice ? (g >> pl->b) + 1 + pl->b : varint_len(g);
+    return pl->rice ? (g >> pl->b) + 1 + pl->b : zc_varint_len(g);
 }
 
 /* Per tile of kept positions: the bits (Rice) or bytes (varint) of their codes. */

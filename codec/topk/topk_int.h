@@ -13,6 +13,7 @@
 #define ZC_CODEC_TOPK_TOPK_INT_H
 
 #include "common/bitio.h"
+#include "common/compiler.h"
 #include "common/half.h"
 
 #include <zipccl/zipccl_status.h>
@@ -82,7 +83,8 @@ uint32_t zc_topk_radix_select(uint32_t *keys, size_t m, uint64_t k, uint64_t *ab
 
 #define ZC_TOPK_RICE_MAX_PARAM 40
 
-static inline unsigned zc_varint_len(uint64_t v)
+/* ZC_HD: topk.cu sizes the same gaps on the device. */
+static inline ZC_HD unsigned zc_varint_len(uint64_t v)
 {
     unsigned n = 1;
     while (v >= 0x80) {

@@ -48,56 +48,42 @@ ncclResult_t zc_net_v9_init(ncclDebugLogger_t logFunction)
     return zc_net_v10_init(logFunction, NULL);
 }
 
+/*
+ * The members of v8's properties, which v10 and v11 keep under the same names
+ * and types; each adapter copies them from its source p into its props.
+ */
+/* clang-format off */
+#define ZC_NET_PROPS_V8_MEMBERS(X)                                                                 \
+    X(name) X(pciPath) X(guid) X(ptrSupport) X(regIsGlobal) X(speed) X(port) X(latency)            \
+    X(maxComms) X(maxRecvs) X(netDeviceType) X(netDeviceVersion)
+/* clang-format on */
+#define ZC_PROPS_COPY(member) props->member = p.member;
+
 ncclResult_t zc_net_v10_get_properties(int dev, ncclNetProperties_v10_t *props)
 {
     ncclNetProperties_v11_t p;
 
-    if (!props)
-        return ncclInternalError;
-    ncclResult_t result = zc_net_get_properties(dev, &p);
+    ncclResult_t result = props ? zc_net_get_properties(dev, &p) : ncclInternalError;
     if (result != ncclSuccess)
         return result;
-    props->name = p.name;
-    props->pciPath = p.pciPath;
-    props->guid = p.guid;
-    props->ptrSupport = p.ptrSupport;
-    props->regIsGlobal = p.regIsGlobal;
+    ZC_NET_PROPS_V8_MEMBERS(ZC_PROPS_COPY)
     props->forceFlush = p.forceFlush;
-    props->speed = p.speed;
-    props->port = p.port;
-    props->latency = p.latency;
-    props->maxComms = p.maxComms;
-    props->maxRecvs = p.maxRecvs;
-    props->netDeviceType = p.netDeviceType;
-    props->netDeviceVersion = p.netDeviceVersion;
     props->vProps = p.vProps;
     props->maxP2pBytes = p.maxP2pBytes;
     props->maxCollBytes = p.maxCollBytes;
     return ncclSuccess;
 }
 
+/* v10's, less the members v8 lacks. */
 ncclResult_t zc_net_v8_get_properties(int dev, ncclNetProperties_v8_t *props)
 {
-    ncclNetProperties_v11_t p;
+    ncclNetProperties_v10_t p;
 
-    if (!props)
-        return ncclInternalError;
-    ncclResult_t result = zc_net_get_properties(dev, &p);
-    if (result != ncclSuccess)
-        return result;
-    props->name = p.name;
-    props->pciPath = p.pciPath;
-    props->guid = p.guid;
-    props->ptrSupport = p.ptrSupport;
-    props->regIsGlobal = p.regIsGlobal;
-    props->speed = p.speed;
-    props->port = p.port;
-    props->latency = p.latency;
-    props->maxComms = p.maxComms;
-    props->maxRecvs = p.maxRecvs;
-    props->netDeviceType = p.netDeviceType;
-    props->netDeviceVersion = p.netDeviceVersion;
-    return ncclSuccess;
+    ncclResult_t result = props ? zc_net_v10_get_properties(dev, &p) : ncclInternalError;
+    if (result == ncclSuccess) {
+        ZC_NET_PROPS_V8_MEMBERS(ZC_PROPS_COPY)
+    }
+    return result;
 }
 
 ncclResult_t zc_net_v10_listen(int dev, void *handle, void **listenComm)

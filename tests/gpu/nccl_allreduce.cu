@@ -25,22 +25,28 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CUDA_OK(x)                                                                                 \
+/* What went wrong in a call that returned @p e, or NULL when it succeeded. */
+static const char *cuda_error(cudaError_t e)
+{
+    return e == cudaSuccess ? NULL : cudaGetErrorString(e);
+}
+
+static const char *nccl_error(ncclResult_t r)
+{
+    return r == ncclSuccess ? NULL : ncclGetErrorString(r);
+}
+
+/* Prints the failed call @p call and returns 2 (an error) from main. */
+#define RETURN_ON_ERROR(error, call)                                                               \
     do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "rank %d: %s: %s\n", rank, #x, cudaGetErrorString(e_));                \
+        const char *error_ = (error);                                                              \
+        if (error_) {                                                                              \
+            fprintf(stderr, "rank %d: %s: %s\n", rank, call, error_);                              \
             return 2;                                                                              \
         }                                                                                          \
     } while (0)
-#define NCCL_OK(x)                                                                                 \
-    do {                                                                                           \
-        ncclResult_t r_ = (x);                                                                     \
-        if (r_ != ncclSuccess) {                                                                   \
-            fprintf(stderr, "rank %d: %s: %s\n", rank, #x, ncclGetErrorString(r_));                \
-            return 2;                                                                              \
-        }                                                                                          \
-    } while (0)
+#define CUDA_OK(x) RETURN_ON_ERROR(cuda_error(x), #x)
+#define NCCL_OK(x) RETURN_ON_ERROR(nccl_error(x), #x)
 
 static uint64_t mix(uint64_t x)
 {

@@ -16,6 +16,8 @@
  * Inputs of the exact checks are small integers, whose sums are exact in any order. Exit 0
  * passed, 1 failed, 77 no CUDA device.
  */
+#include "../preload/preload_inputs.h"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -35,40 +37,30 @@ static int rank_, size_;
         fputc('\n', stderr);                                                                       \
         exit(1);                                                                                   \
     } while (0)
-#define CUDA(call)                                                                                 \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            FAIL("%s: %s", #call, cudaGetErrorString(e_));                                         \
-    } while (0)
-#define NCCL(call)                                                                                 \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != ncclSuccess)                                                                     \
-            FAIL("%s: %s", #call, ncclGetErrorString(r_));                                         \
-    } while (0)
 
-__host__ __device__ static uint64_t mix64(uint64_t x)
+/* A failed CUDA or NCCL call @p call ends the rank (FAIL). */
+static void cuda_ok(cudaError_t e, const char *call)
 {
-    x ^= x >> 30;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 27;
-    x *= 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
+    if (e != cudaSuccess)
+        FAIL("%s: %s", call, cudaGetErrorString(e));
 }
 
-__host__ __device__ static double amplitude(int r)
+static void nccl_ok(ncclResult_t r, const char *call)
 {
-    return 1.0 + r / 4.0;
+    if (r != ncclSuccess)
+        FAIL("%s: %s", call, ncclGetErrorString(r));
 }
+
+#define CUDA(call) cuda_ok((call), #call)
+#define NCCL(call) nccl_ok((call), #call)
 
 /* Rank r's element i of call k: uniform in [-a_r, a_r] (exact == 0), or an integer (exact). */
 __host__ __device__ static float input(int k, int r, size_t i, int exact)
 {
-    uint64_t h = mix64(mix64((uint64_t)k * 0x9E3779B97F4A7C15ull + (uint64_t)r) + i);
+    uint64_t h = input_hash(k, r, i);
     if (exact)
         return (float)((int)(h >> 54) - 512);
-    return (float)(amplitude(r) * (2.0 * (double)(h >> 11) * 0x1p-53 - 1.0));
+    return (float)input_uniform(h, r);
 }
 
 __global__ void fill(float *x, size_t n, int k, int r, int exact)
@@ -91,17 +83,6 @@ __global__ void twice(const float *in, float *out, size_t n)
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = 2.0f * in[i];
-}
-
-static uint64_t fnv1a64(const void *buf, size_t len)
-{
-    const unsigned char *p = (const unsigned char *)buf;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
 }
 
 static void check_identical(ncclComm_t comm, cudaStream_t s, const void *host, size_t len)

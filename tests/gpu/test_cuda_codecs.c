@@ -152,6 +152,25 @@ static void same_encode(const zc_codec_params_t *p, zc_dtype_t dtype, const void
     zc_codec_state_destroy(hs);
 }
 
+/* Decodes @p payload on the device onto a copy of @p init into @p out; the device's status. */
+static zc_status_t device_decode(const zc_codec_params_t *p, zc_cuda_state_t *ds,
+                                 const uint8_t *payload, size_t len, uint64_t n, const float *init,
+                                 float *out)
+{
+    gpu_bufs_t d = dev_new(p, n);
+    uint8_t *dpay = to_dev(payload, len); /* exactly len bytes */
+    float *ddst = to_dev(init, (size_t)n * 4);
+    int32_t gst = 1;
+    cr_assert_eq(zc_cuda_codec_decode_add(p, ds, dpay, len, ddst, n, d.dstatus, d.ws, d.ws_size, 0),
+                 ZC_OK);
+    to_host(&gst, d.dstatus, 4);
+    to_host(out, ddst, (size_t)n * 4);
+    cudaFree(dpay);
+    cudaFree(ddst);
+    dev_free(&d);
+    return (zc_status_t)gst;
+}
+
 /*
  * Decodes @p payload on both sides onto @p init: the same status; on success
  * the same floats, on failure a device output equal to @p init.
@@ -166,23 +185,13 @@ static void same_decode(const zc_codec_params_t *p, zc_codec_state_t *hs, zc_cud
     cr_assert_eq(hst, want, "host decode: %s, want %s", zc_status_string(hst),
                  zc_status_string(want));
 
-    gpu_bufs_t d = dev_new(p, n);
-    uint8_t *dpay = to_dev(payload, len); /* exactly len bytes */
-    float *ddst = to_dev(init, (size_t)n * 4);
-    int32_t gst = 1;
-    cr_assert_eq(zc_cuda_codec_decode_add(p, ds, dpay, len, ddst, n, d.dstatus, d.ws, d.ws_size, 0),
-                 ZC_OK);
-    to_host(&gst, d.dstatus, 4);
-    to_host(g, ddst, (size_t)n * 4);
-    cr_assert_eq(gst, want, "device decode: %s, want %s", zc_status_string((zc_status_t)gst),
+    zc_status_t gst = device_decode(p, ds, payload, len, n, init, g);
+    cr_assert_eq(gst, want, "device decode: %s, want %s", zc_status_string(gst),
                  zc_status_string(want));
     if (want == ZC_OK)
         assert_same_floats(h, g, (size_t)n, "decode");
     else
         cr_assert(same_bits_f32(init, g, (size_t)n), "a rejected payload changed the output");
-    cudaFree(dpay);
-    cudaFree(ddst);
-    dev_free(&d);
     free(h);
     free(g);
 }
@@ -193,20 +202,10 @@ static void device_rejects(const zc_codec_params_t *p, zc_cuda_state_t *ds, cons
 {
     float *init = xmalloc((size_t)n * 4 + 4), *g = xmalloc((size_t)n * 4 + 4);
     fill_gauss(init, (size_t)n, 99, 1.0);
-    gpu_bufs_t d = dev_new(p, n);
-    uint8_t *dpay = to_dev(payload, len);
-    float *ddst = to_dev(init, (size_t)n * 4);
-    int32_t gst = 1;
-    cr_assert_eq(zc_cuda_codec_decode_add(p, ds, dpay, len, ddst, n, d.dstatus, d.ws, d.ws_size, 0),
-                 ZC_OK);
-    to_host(&gst, d.dstatus, 4);
-    to_host(g, ddst, (size_t)n * 4);
-    cr_assert_eq(gst, want, "device decode: %s, want %s", zc_status_string((zc_status_t)gst),
+    zc_status_t gst = device_decode(p, ds, payload, len, n, init, g);
+    cr_assert_eq(gst, want, "device decode: %s, want %s", zc_status_string(gst),
                  zc_status_string(want));
     cr_assert(same_bits_f32(init, g, (size_t)n), "a rejected payload changed the output");
-    cudaFree(dpay);
-    cudaFree(ddst);
-    dev_free(&d);
     free(init);
     free(g);
 }
@@ -233,13 +232,6 @@ static void *make_input(zc_dtype_t dtype, size_t n, uint64_t seed, int special)
         h[i] = dtype == ZC_DTYPE_F16 ? zc_f32_to_f16(f[i]) : zc_f32_to_bf16(f[i]);
     free(f);
     return h;
-}
-
-static zc_codec_params_t params_of(zc_codec_id_t codec)
-{
-    zc_codec_params_t p;
-    cr_assert_eq(zc_codec_params_default(codec, &p), ZC_OK);
-    return p;
 }
 
 static const uint64_t odd_sizes[] = {0, 1, 3, 4, 5, 63, 64, 65, 1001, 4097, 65537};
@@ -635,6 +627,21 @@ static double gamma_n(double m)
     return m * 0x1p-24 / (1 - m * 0x1p-24);
 }
 
+/* Encodes @p n f32 at @p dx on the device into @p out: a payload of the host's @p hlen bytes. */
+static void device_encode_as_host(const zc_codec_params_t *p, zc_cuda_state_t *ds,
+                                  const gpu_bufs_t *d, const float *dx, uint64_t n, uint8_t *out,
+                                  size_t hlen)
+{
+    uint64_t glen = 0;
+
+    cr_assert_eq(zc_cuda_codec_encode(p, ds, NULL, ZC_DTYPE_F32, dx, n, d->payload, d->cap, d->dlen,
+                                      d->ws, d->ws_size, 0),
+                 ZC_OK);
+    to_host(&glen, d->dlen, 8);
+    cr_assert_eq(glen, hlen);
+    to_host(out, d->payload, hlen);
+}
+
 Test(cuda_gradiveq, raw_and_projected)
 {
     const uint64_t n = 64 * 1000 + 37; /* a tail of 37 raw values */
@@ -650,15 +657,9 @@ Test(cuda_gradiveq, raw_and_projected)
     gpu_bufs_t d = dev_new(&p, n);
     float *dx = to_dev(x, n * 4);
     size_t hlen = 0;
-    uint64_t glen = 0;
     uint8_t *hp = xmalloc(d.cap), *gp = xmalloc(d.cap);
     cr_assert_eq(zc_codec_encode(&p, hs, NULL, ZC_DTYPE_F32, x, n, hp, d.cap, &hlen), ZC_OK);
-    cr_assert_eq(zc_cuda_codec_encode(&p, ds, NULL, ZC_DTYPE_F32, dx, n, d.payload, d.cap, d.dlen,
-                                      d.ws, d.ws_size, 0),
-                 ZC_OK);
-    to_host(&glen, d.dlen, 8);
-    cr_assert_eq(glen, hlen);
-    to_host(gp, d.payload, hlen);
+    device_encode_as_host(&p, ds, &d, dx, n, gp, hlen);
     cr_assert_eq(first_diff(hp, gp, hlen), -1);
 
     /* a basis learned on the host from x, uploaded */
@@ -666,12 +667,7 @@ Test(cuda_gradiveq, raw_and_projected)
     cr_assert_eq(zc_cuda_state_load_basis(ds, hs, 0), ZC_OK);
     cr_assert_eq(zc_codec_encode(&p, hs, NULL, ZC_DTYPE_F32, x, n, hp, d.cap, &hlen), ZC_OK);
     cr_assert_eq(zc_cuda_codec_encoded_size(&p, ds, n), hlen);
-    cr_assert_eq(zc_cuda_codec_encode(&p, ds, NULL, ZC_DTYPE_F32, dx, n, d.payload, d.cap, d.dlen,
-                                      d.ws, d.ws_size, 0),
-                 ZC_OK);
-    to_host(&glen, d.dlen, 8);
-    cr_assert_eq(glen, hlen);
-    to_host(gp, d.payload, hlen);
+    device_encode_as_host(&p, ds, &d, dx, n, gp, hlen);
     const size_t hdr = ZC_PAYLOAD_HEADER_BYTES + 24;
     cr_assert_eq(first_diff(hp, gp, hdr), -1, "headers differ");
     zc_gradiveq_view_t v;

@@ -74,12 +74,19 @@ zc_status_t zc_bs_send_all(int fd, const void *buf, size_t len, uint64_t deadlin
     return ZC_OK;
 }
 
-zc_status_t zc_bs_recv_some(int fd, void *buf, size_t len, size_t *got_p, int *errno_p)
+/*
+ * The loop of send_some and recv_some: moves bytes between @p buf + *@p done_p
+ * and @p fd until @p len are done or the socket would block. A receive of 0
+ * bytes is the peer's close; a send of 0 bytes is retried.
+ */
+static zc_status_t transfer_some(int fd, int sending, char *buf, size_t len, size_t *done_p,
+                                 int *errno_p)
 {
-    while (*got_p < len) {
-        ssize_t n = recv(fd, (char *)buf + *got_p, len - *got_p, MSG_DONTWAIT);
-        if (n > 0) {
-            *got_p += (size_t)n;
+    while (*done_p < len) {
+        ssize_t n = sending ? send(fd, buf + *done_p, len - *done_p, MSG_NOSIGNAL | MSG_DONTWAIT)
+                            : recv(fd, buf + *done_p, len - *done_p, MSG_DONTWAIT);
+        if (n > 0 || (n == 0 && sending)) {
+            *done_p += (size_t)n;
             continue;
         }
         if (n == 0) {
@@ -94,6 +101,11 @@ zc_status_t zc_bs_recv_some(int fd, void *buf, size_t len, size_t *got_p, int *e
         return ZC_ERR_IO;
     }
     return ZC_OK;
+}
+
+zc_status_t zc_bs_recv_some(int fd, void *buf, size_t len, size_t *got_p, int *errno_p)
+{
+    return transfer_some(fd, 0, buf, len, got_p, errno_p);
 }
 
 zc_status_t zc_bs_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns, int *errno_p)
@@ -111,21 +123,8 @@ zc_status_t zc_bs_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns, 
 
 zc_status_t zc_bs_send_some(int fd, const void *buf, size_t len, size_t *sent_p, int *errno_p)
 {
-    while (*sent_p < len) {
-        ssize_t n =
-            send(fd, (const char *)buf + *sent_p, len - *sent_p, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n >= 0) {
-            *sent_p += (size_t)n;
-            continue;
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return ZC_OK;
-        *errno_p = errno;
-        return ZC_ERR_IO;
-    }
-    return ZC_OK;
+    /* transfer_some only reads buf when sending */
+    return transfer_some(fd, 1, (char *)buf, len, sent_p, errno_p);
 }
 
 void zc_bs_set_nodelay(int fd)

@@ -39,6 +39,7 @@
  * Rank r's input element i is a hash of (call, r, i) in [-a_r, a_r], a_r = 1 + r/4, so every
  * rank can compute every other rank's input and the exact result in double.
  */
+#include "../preload_inputs.h"
 #include "harness.h"
 #include "standin_nccl.h"
 
@@ -76,20 +77,6 @@ static const char *what = "";
 
 /* ---- inputs and references ----------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 27;
-    x *= 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-static double amplitude(int r)
-{
-    return 1.0 + r / 4.0;
-}
-
 static size_t type_bytes(ncclDataType_t t)
 {
     return t == ncclFloat16 || t == ncclBfloat16 ? 2 : t == ncclFloat64 ? 8 : 4;
@@ -104,10 +91,10 @@ static size_t zipccl_bytes(ncclDataType_t t)
 /* Rank @p r's element @p i of call @p call, as stored in @p t. */
 static double input(ncclDataType_t t, int call, int r, size_t i)
 {
-    uint64_t h = mix64(mix64((uint64_t)call * 0x9E3779B97F4A7C15ull + (uint64_t)r) + i);
+    uint64_t h = input_hash(call, r, i);
     if (t == ncclInt32)
         return (double)(int32_t)(h >> 40) - (1 << 23);
-    double v = (float)(amplitude(r) * (2.0 * (double)(h >> 11) * 0x1p-53 - 1.0));
+    double v = (float)input_uniform(h, r);
     if (t == ncclFloat16)
         return zc_f16_to_f32(zc_f32_to_f16((float)v));
     if (t == ncclBfloat16)
@@ -144,17 +131,6 @@ static void *make_input(ncclDataType_t t, int call, int r, size_t count)
         for (size_t i = 0; i < count; i++)
             put(t, buf, i, input(t, call, r, i));
     return buf;
-}
-
-static uint64_t fnv1a64(const void *buf, size_t len)
-{
-    const unsigned char *p = buf;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
 }
 
 /* Every rank of @p comm holds the same @p len bytes at @p buf (through the stand-in directly). */

@@ -63,11 +63,18 @@ static inline float *zeros_f32(size_t n)
     return p;
 }
 
+/* The default parameters of @p id; the test fails if there are none. */
+static inline zc_codec_params_t params_of(zc_codec_id_t id)
+{
+    zc_codec_params_t p;
+    cr_assert_eq(zc_codec_params_default(id, &p), ZC_OK, "%s", zc_codec_name(id));
+    return p;
+}
+
 static inline zc_codec_params_t qsgd_params(uint32_t levels, uint32_t bucket, zc_qsgd_scale_t scale,
                                             zc_qsgd_coding_t coding)
 {
-    zc_codec_params_t p;
-    cr_assert_eq(zc_codec_params_default(ZC_CODEC_QSGD, &p), ZC_OK);
+    zc_codec_params_t p = params_of(ZC_CODEC_QSGD);
     p.qsgd.levels = levels;
     p.qsgd.bucket = bucket;
     p.qsgd.scale = scale;
@@ -128,6 +135,17 @@ static inline uint8_t *exact_copy(const void *src, size_t len)
     uint8_t *p = xmalloc(len);
     if (len)
         memcpy(p, src, len);
+    return p;
+}
+
+/* @p src's @p len bytes then @p extra bytes of @p fill, in a block of exactly that length:
+ * a payload with trailing bytes, which every decoder must refuse. */
+static inline uint8_t *padded_copy(const void *src, size_t len, size_t extra, uint8_t fill)
+{
+    uint8_t *p = xmalloc(len + extra);
+    if (len)
+        memcpy(p, src, len);
+    memset(p + len, fill, extra);
     return p;
 }
 

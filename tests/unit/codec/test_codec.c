@@ -657,9 +657,7 @@ Test(codec_none, hostile)
         free(cut);
     }
     for (size_t extra = 1; extra <= 8; extra++) {
-        uint8_t *longer = xmalloc(pl.len + extra);
-        memcpy(longer, pl.buf, pl.len);
-        memset(longer + pl.len, 0, extra);
+        uint8_t *longer = padded_copy(pl.buf, pl.len, extra, 0);
         cr_assert_eq(zc_codec_decode_add(NULL, longer, pl.len + extra, dst, N), ZC_ERR_CORRUPT,
                      "%zu extra bytes", extra);
         free(longer);

@@ -52,8 +52,7 @@ static double gamma_n(unsigned n)
 static zc_codec_params_t gvq_params(uint32_t k, uint32_t dim, double energy, uint32_t ranks,
                                     uint32_t samples, uint32_t refresh)
 {
-    zc_codec_params_t p;
-    cr_assert_eq(zc_codec_params_default(ZC_CODEC_GRADIVEQ, &p), ZC_OK);
+    zc_codec_params_t p = params_of(ZC_CODEC_GRADIVEQ);
     p.gradiveq.slice = k;
     p.gradiveq.dim = dim;
     p.gradiveq.energy = energy;

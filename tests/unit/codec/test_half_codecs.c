@@ -27,13 +27,6 @@ static const zc_codec_id_t half_codecs[] = {ZC_CODEC_FP16, ZC_CODEC_BF16};
 
 /* ------------------------------------------------------------ test helpers */
 
-static zc_codec_params_t params_of(zc_codec_id_t id)
-{
-    zc_codec_params_t p;
-    cr_assert_eq(zc_codec_params_default(id, &p), ZC_OK);
-    return p;
-}
-
 static zc_dtype_t native_dtype(zc_codec_id_t id)
 {
     return id == ZC_CODEC_FP16 ? ZC_DTYPE_F16 : ZC_DTYPE_BF16;
@@ -931,9 +924,7 @@ static void check_lengths(zc_codec_id_t id)
         free(c);
     }
     for (size_t extra = 1; extra <= 8; extra++) {
-        uint8_t *longer = xmalloc(pl.len + extra);
-        memcpy(longer, pl.buf, pl.len);
-        memset(longer + pl.len, 0, extra);
+        uint8_t *longer = padded_copy(pl.buf, pl.len, extra, 0);
         cr_assert_eq(zc_codec_decode_add(NULL, longer, pl.len + extra, dst, N), ZC_ERR_CORRUPT,
                      "%s: %zu extra bytes", zc_codec_name(id), extra);
         cr_assert_eq(

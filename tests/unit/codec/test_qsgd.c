@@ -1271,9 +1271,7 @@ Test(qsgd_hostile, truncated_and_extended)
             }
             for (size_t extra = 1; extra <= 9; extra++) {
                 for (int fill = 0; fill < 2; fill++) {
-                    uint8_t *longer = xmalloc(pl.len + extra);
-                    memcpy(longer, pl.buf, pl.len);
-                    memset(longer + pl.len, fill ? 0xff : 0, extra);
+                    uint8_t *longer = padded_copy(pl.buf, pl.len, extra, fill ? 0xff : 0);
                     zc_status_t st = decode_status(longer, pl.len + extra, N);
                     cr_assert_eq(st, ZC_ERR_CORRUPT, "coding %d s %u: %zu extra bytes: %s", c, s,
                                  extra, zc_status_string(st));

@@ -27,13 +27,6 @@ typedef struct coded {
     size_t len;
 } coded_t;
 
-static zc_codec_params_t params_of(zc_codec_id_t id)
-{
-    zc_codec_params_t p;
-    cr_assert_eq(zc_codec_params_default(id, &p), ZC_OK, "%s", zc_codec_name(id));
-    return p;
-}
-
 /* Encodes @p n values of @p dtype; the payload buffer is exactly the bound. */
 static coded_t encode(zc_codec_id_t id, zc_dtype_t dtype, const void *src, size_t n)
 {
@@ -186,9 +179,7 @@ ParameterizedTest(zc_codec_id_t *id, registry, hostile_lengths)
                   zc_status_string(s));
         free(t);
     }
-    uint8_t *padded = xmalloc(c.len + 1);
-    memcpy(padded, c.payload, c.len);
-    padded[c.len] = 0;
+    uint8_t *padded = padded_copy(c.payload, c.len, 1, 0);
     cr_assert_eq(zc_codec_decode_add(c.state, padded, c.len + 1, y, n), ZC_ERR_CORRUPT,
                  "%s: one byte appended", zc_codec_name(*id));
     if (!zc_codec_needs_state(&c.params) || *id == ZC_CODEC_TOPK)

@@ -30,8 +30,7 @@
 
 static zc_codec_params_t topk_params(double density, zc_topk_values_t values)
 {
-    zc_codec_params_t p;
-    cr_assert_eq(zc_codec_params_default(ZC_CODEC_TOPK, &p), ZC_OK);
+    zc_codec_params_t p = params_of(ZC_CODEC_TOPK);
     p.topk.density = density;
     p.topk.values = values;
     return p;

@@ -8,6 +8,7 @@
 #include "common/compiler.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "tests/unit/ucx/log_capture.h"
 #include "tests/unit/ucx/membs.h"
 
 #include <criterion/criterion.h>
@@ -17,58 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- log capture, shared by the rank threads ---- */
-
-#define MAX_CAPTURED 64
-
-static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
-static int cap_count;
-static zc_log_level_t cap_level[MAX_CAPTURED];
-static char cap_msg[MAX_CAPTURED][1024];
-
-static void capture_sink(void *arg, zc_log_level_t level, const char *file, int line,
-                         const char *msg)
-{
-    pthread_mutex_lock(&cap_lock);
-    if (cap_count < MAX_CAPTURED) {
-        cap_level[cap_count] = level;
-        snprintf(cap_msg[cap_count], sizeof(cap_msg[0]), "%s", msg);
-    }
-    cap_count++;
-    pthread_mutex_unlock(&cap_lock);
-}
-
-/* Messages at @p level containing @p needle. */
-static int captured(zc_log_level_t level, const char *needle)
-{
-    int n = 0;
-    for (int i = 0; i < cap_count && i < MAX_CAPTURED; i++)
-        n += cap_level[i] == level && strstr(cap_msg[i], needle) != NULL;
-    return n;
-}
-
-static const char *captured_msg(zc_log_level_t level, const char *needle)
-{
-    for (int i = 0; i < cap_count && i < MAX_CAPTURED; i++)
-        if (cap_level[i] == level && strstr(cap_msg[i], needle))
-            return cap_msg[i];
-    return NULL;
-}
-
 static void setup(void)
 {
-    cap_count = 0;
-    zc_log_set_level(ZC_LOG_INFO);
-    zc_log_set_sink(capture_sink, NULL);
+    capture_start(ZC_LOG_INFO);
 }
 
-static void teardown(void)
-{
-    zc_log_set_sink(NULL, NULL);
-}
-
-TestSuite(policy, .init = setup, .fini = teardown, .timeout = 60);
-TestSuite(policy_init, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(policy, .init = setup, .fini = capture_stop, .timeout = 60);
+TestSuite(policy_init, .init = setup, .fini = capture_stop, .timeout = 60);
 
 /* ---- hand-built policies ---- */
 
@@ -676,7 +632,7 @@ Test(policy, choices_are_deterministic)
 #define MAX_RANKS 4
 
 typedef struct init_arg {
-    const zc_config_t *cfg;
+    zc_config_t cfg; /* every rank's */
     zc_status_t status[MAX_RANKS];
     zc_policy_t pol[MAX_RANKS];
 } init_arg_t;
@@ -684,23 +640,17 @@ typedef struct init_arg {
 static void init_body(membs_rank_t *r)
 {
     init_arg_t *a = r->arg;
-    a->status[r->rank] = zc_policy_init(&a->pol[r->rank], a->cfg, r->bs, r->comm);
+    a->status[r->rank] = zc_policy_init(&a->pol[r->rank], &a->cfg, r->bs, r->comm);
 }
 
-static zc_config_t load_config(char *const *envp)
-{
-    zc_config_t cfg;
-    cr_assert_eq(zc_config_load(envp, &cfg), ZC_OK);
-    cfg.timeout_s = 30; /* a stuck rank fails in seconds */
-    return cfg;
-}
-
-static void run_init(int size, const zc_config_t *cfg, init_arg_t *a)
+/* zc_policy_init on @p size ranks, all with the configuration of @p envp. */
+static void run_init(int size, char *const *envp, init_arg_t *a)
 {
     char why[600];
     memset(a, 0, sizeof(*a));
-    a->cfg = cfg;
-    cr_assert_eq(membs_run(size, cfg, init_body, a, why, sizeof(why)), 0, "%s", why);
+    cr_assert_eq(zc_config_load(envp, &a->cfg), ZC_OK);
+    a->cfg.timeout_s = 30; /* a stuck rank fails in seconds */
+    cr_assert_eq(membs_run(size, &a->cfg, init_body, a, why, sizeof(why)), 0, "%s", why);
 }
 
 Test(policy_init, bad_arguments)
@@ -717,10 +667,9 @@ Test(policy_init, fixed_configuration_measures_nothing)
 {
     char *env[] = {"ZIPCCL_CODEC=qsgd",     "ZIPCCL_ALGO=scatter",      "ZIPCCL_QSGD_BITS=8",
                    "ZIPCCL_MIN_BYTES=1MiB", "ZIPCCL_TOPK_DENSITY=0.05", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(2, &cfg, &a);
+    run_init(2, env, &a);
     for (int r = 0; r < 2; r++) {
         const zc_policy_t *pol = &a.pol[r];
         cr_assert_eq(a.status[r], ZC_OK, "rank %d: %s", r, zc_status_string(a.status[r]));
@@ -772,10 +721,9 @@ static void assert_agreed(const init_arg_t *a, int size)
 Test(policy_init, auto_agrees_on_two_ranks)
 {
     char *env[] = {"ZIPCCL_CODEC=auto", "ZIPCCL_ALGO=auto", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(2, &cfg, &a);
+    run_init(2, env, &a);
     assert_agreed(&a, 2);
     const zc_policy_inputs_t *in = &a.pol[0].in;
     for (int c = ZC_CODEC_QSGD; c <= ZC_CODEC_BF16; c += ZC_CODEC_BF16 - ZC_CODEC_QSGD) {
@@ -802,20 +750,18 @@ Test(policy_init, auto_agrees_on_three_ranks)
 {
     /* three ranks: left and right neighbours differ */
     char *env[] = {"ZIPCCL_CODEC=auto", "ZIPCCL_ALGO=scatter", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(3, &cfg, &a);
+    run_init(3, env, &a);
     assert_agreed(&a, 3);
 }
 
 Test(policy_init, fixed_codec_with_auto_algo_measures_that_codec)
 {
     char *env[] = {"ZIPCCL_CODEC=topk", "ZIPCCL_ALGO=auto", "ZIPCCL_TOPK_DENSITY=0.01", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(2, &cfg, &a);
+    run_init(2, env, &a);
     assert_agreed(&a, 2);
     /*
      * 1% kept, 32 value bits plus the Rice-coded gap (about the 8.08-bit
@@ -829,10 +775,9 @@ Test(policy_init, fixed_codec_with_auto_algo_measures_that_codec)
 Test(policy_init, one_rank_auto)
 {
     char *env[] = {"ZIPCCL_CODEC=auto", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(1, &cfg, &a);
+    run_init(1, env, &a);
     cr_assert_eq(a.status[0], ZC_OK);
     cr_assert_eq(a.pol[0].measured, 1);
     assert_raw(zc_policy_choose(&a.pol[0], 1 << 24, ZC_DTYPE_F32, ZC_OP_SUM), "one rank, auto");
@@ -842,10 +787,9 @@ Test(policy_init, one_rank_auto)
 Test(policy_init, gradiveq_without_a_dimension_warns_under_auto_algo)
 {
     char *env[] = {"ZIPCCL_CODEC=gradiveq", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(1, &cfg, &a);
+    run_init(1, env, &a);
     cr_assert_eq(a.status[0], ZC_OK);
     cr_assert_eq(captured(ZC_LOG_WARN, "ZIPCCL_GRADIVEQ_DIM"), 1);
     cr_assert_eq(a.pol[0].params[ZC_CODEC_GRADIVEQ].gradiveq.ranks, 1);
@@ -855,10 +799,9 @@ Test(policy_init, invalid_gradiveq_parameters_fail)
 {
     char *env[] = {"ZIPCCL_CODEC=qsgd", "ZIPCCL_ALGO=allgather", "ZIPCCL_GRADIVEQ_SLICE=16",
                    "ZIPCCL_GRADIVEQ_DIM=32", NULL};
-    zc_config_t cfg = load_config(env);
     init_arg_t a;
 
-    run_init(1, &cfg, &a);
+    run_init(1, env, &a);
     cr_assert_eq(a.status[0], ZC_ERR_INVALID_CONFIG);
     const char *msg = captured_msg(ZC_LOG_ERROR, "policy:");
     cr_assert(msg && strstr(msg, "ZIPCCL_GRADIVEQ_DIM=32") &&

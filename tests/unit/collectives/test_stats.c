@@ -238,6 +238,15 @@ static int python_eval(const char *path, const char *expr, char *out, size_t len
     return status;
 }
 
+/* @p expr of @p path's document prints exactly @p expected, and Python parsed it. */
+static void python_expect(const char *path, const char *expr, const char *expected)
+{
+    char out[1024];
+
+    cr_assert_eq(python_eval(path, expr, out, sizeof(out)), 0, "%s", out);
+    cr_assert_str_eq(out, expected, "%s", expr);
+}
+
 static char dir[] = "/tmp/zc-stats-json-XXXXXX";
 
 static void json_setup(void)
@@ -257,7 +266,7 @@ static void json_teardown(void)
 Test(stats, json_parses_with_the_recorded_values, .init = json_setup, .fini = json_teardown)
 {
     zc_stats_book_t book;
-    char pattern[256], path[256], out[1024];
+    char pattern[256], path[256];
 
     fill_book(&book);
     snprintf(pattern, sizeof(pattern), "%s/stats-%%r.json", dir);
@@ -265,44 +274,38 @@ Test(stats, json_parses_with_the_recorded_values, .init = json_setup, .fini = js
     cr_assert_eq(zc_stats_write_json(&book, 2.5, 5, 8, pattern), ZC_OK);
     cr_assert_eq(access(path, R_OK), 0, "%%r became the rank: %s", path);
 
-    cr_assert_eq(python_eval(path,
-                             "d['rank'], d['size'], d['total']['calls'], "
-                             "d['total']['calls_compressed'], d['total']['bytes_in'], "
-                             "d['total']['bytes_wire'], d['total']['bytes_wire_raw'], "
-                             "d['total']['rel_err_samples'], d['total']['residual_norm'], "
-                             "[(p['algo'], p['codec'], p['calls']) for p in d['paths']]",
-                             out, sizeof(out)),
-                 0, "%s", out);
-    cr_assert_str_eq(out, "5 8 6 5 25576 6296 19932 3 2.5 [('raw', 'none', 1), "
-                          "('allgather', 'bf16', 1), ('scatter', 'qsgd', 4)]");
+    python_expect(path,
+                  "d['rank'], d['size'], d['total']['calls'], "
+                  "d['total']['calls_compressed'], d['total']['bytes_in'], "
+                  "d['total']['bytes_wire'], d['total']['bytes_wire_raw'], "
+                  "d['total']['rel_err_samples'], d['total']['residual_norm'], "
+                  "[(p['algo'], p['codec'], p['calls']) for p in d['paths']]",
+                  "5 8 6 5 25576 6296 19932 3 2.5 [('raw', 'none', 1), "
+                  "('allgather', 'bf16', 1), ('scatter', 'qsgd', 4)]");
 
     /* doubles survive exactly (17 digits); a path without samples has rel_err null */
-    cr_assert_eq(python_eval(path,
-                             "d['total']['rel_err'] == (0.5 + 0.25 + 0.125) / 3, "
-                             "abs(d['total']['encode_s'] - 0.255) < 1e-12, "
-                             "d['paths'][0]['rel_err'], float(d['paths'][0]['ratio']), "
-                             "d['paths'][2]['rel_err'], float(d['paths'][1]['ratio']), "
-                             "'residual_norm' in d['paths'][0]",
-                             out, sizeof(out)),
-                 0, "%s", out);
-    cr_assert_str_eq(out, "True True None 1.0 0.375 3.0 False");
+    python_expect(path,
+                  "d['total']['rel_err'] == (0.5 + 0.25 + 0.125) / 3, "
+                  "abs(d['total']['encode_s'] - 0.255) < 1e-12, "
+                  "d['paths'][0]['rel_err'], float(d['paths'][0]['ratio']), "
+                  "d['paths'][2]['rel_err'], float(d['paths'][1]['ratio']), "
+                  "'residual_norm' in d['paths'][0]",
+                  "True True None 1.0 0.375 3.0 False");
 }
 
 Test(stats, json_of_an_empty_book_is_valid, .init = json_setup, .fini = json_teardown)
 {
     zc_stats_book_t book;
-    char path[256], out[256];
+    char path[256];
 
     memset(&book, 0, sizeof(book));
     snprintf(path, sizeof(path), "%s/empty.json", dir);
     cr_assert_eq(zc_stats_write_json(&book, 0, 0, 1, path), ZC_OK);
     /* nothing sent: the ratio and the error are null, not NaN */
-    cr_assert_eq(python_eval(path,
-                             "d['paths'], d['total']['calls'], d['total']['ratio'], "
-                             "d['total']['rel_err']",
-                             out, sizeof(out)),
-                 0, "%s", out);
-    cr_assert_str_eq(out, "[] 0 None None");
+    python_expect(path,
+                  "d['paths'], d['total']['calls'], d['total']['ratio'], "
+                  "d['total']['rel_err']",
+                  "[] 0 None None");
 }
 
 Test(stats, json_rank_in_every_place_of_the_name, .init = json_setup, .fini = json_teardown)

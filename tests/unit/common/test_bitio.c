@@ -45,16 +45,15 @@ static uint32_t ref_get(const uint8_t *buf, uint64_t *bitpos, unsigned n)
 
 Test(bitio, bitlen32_known_answers)
 {
-    cr_assert_eq(zc_bitlen32(0), 0);
-    cr_assert_eq(zc_bitlen32(1), 1);
-    cr_assert_eq(zc_bitlen32(2), 2);
-    cr_assert_eq(zc_bitlen32(3), 2);
-    cr_assert_eq(zc_bitlen32(4), 3);
-    cr_assert_eq(zc_bitlen32(255), 8);
-    cr_assert_eq(zc_bitlen32(256), 9);
-    cr_assert_eq(zc_bitlen32(0x7fffffff), 31);
-    cr_assert_eq(zc_bitlen32(0x80000000u), 32);
-    cr_assert_eq(zc_bitlen32(0xffffffffu), 32);
+    static const struct {
+        uint32_t x;
+        unsigned bits;
+    } known[] = {{0, 0},           {1, 1},           {2, 2},
+                 {3, 2},           {4, 3},           {255, 8},
+                 {256, 9},         {0x7fffffff, 31}, {0x80000000u, 32},
+                 {0xffffffffu, 32}};
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        cr_assert_eq(zc_bitlen32(known[i].x), known[i].bits, "bitlen32(0x%x)", known[i].x);
     for (unsigned k = 0; k < 32; k++) {
         cr_assert_eq(zc_bitlen32(UINT32_C(1) << k), k + 1, "2^%u", k);
         cr_assert_eq(zc_bitlen32((UINT32_C(1) << k) | 1), k + 1, "2^%u | 1", k);
@@ -280,14 +279,21 @@ Test(bitio, reader_past_end_returns_zeros_and_sets_overrun)
  * 8-byte load on the refill path that the length check makes unreachable. */
 static volatile size_t one_byte = 1;
 
+/* A reader of a heap block of exactly one byte, @p byte; the caller frees the block. */
+static uint8_t *one_byte_reader(uint8_t byte, zc_bitreader_t *r)
+{
+    uint8_t *buf = malloc(one_byte);
+    cr_assert_not_null(buf);
+    buf[0] = byte;
+    zc_br_init(r, buf, one_byte);
+    return buf;
+}
+
 Test(bitio, reader_straddling_the_end)
 {
     /* One byte of ones, read as 4 + 8 bits: the 4 real bits then zeros for the missing ones. */
-    uint8_t *buf = malloc(one_byte);
-    cr_assert_not_null(buf);
-    buf[0] = 0xff;
     zc_bitreader_t r;
-    zc_br_init(&r, buf, one_byte);
+    uint8_t *buf = one_byte_reader(0xff, &r);
     cr_assert_eq(zc_br_get(&r, 4), 0xf);
     cr_assert_eq(r.overrun, 0);
     cr_assert_eq(zc_br_get(&r, 8), 0xf, "missing high bits must read as zero");
@@ -300,11 +306,8 @@ Test(bitio, reader_straddling_the_end)
 
 Test(bitio, reader_zero_width_reads_nothing)
 {
-    uint8_t *buf = malloc(one_byte);
-    cr_assert_not_null(buf);
-    buf[0] = 0x81;
     zc_bitreader_t r;
-    zc_br_init(&r, buf, one_byte);
+    uint8_t *buf = one_byte_reader(0x81, &r);
     cr_assert_eq(zc_br_get(&r, 0), 0);
     cr_assert_eq(zc_br_consumed(&r), 0);
     cr_assert_eq(zc_br_get(&r, 1), 1);

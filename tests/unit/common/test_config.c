@@ -474,21 +474,19 @@ Test(config, format_known_answers)
     char buf[64];
     memset(&cfg, 0, sizeof(cfg));
 
-    cfg.seed = 65536;
-    zc_param_format(&size_param, &cfg, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "64KiB");
-    cfg.seed = 65537;
-    zc_param_format(&size_param, &cfg, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "65537B");
-    cfg.seed = INT64_C(3) << 40;
-    zc_param_format(&size_param, &cfg, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "3TiB");
-    cfg.seed = INT64_C(1024) << 40;
-    zc_param_format(&size_param, &cfg, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "1024TiB");
-    cfg.seed = 0;
-    zc_param_format(&size_param, &cfg, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "0B");
+    static const struct {
+        int64_t value;
+        const char *text;
+    } sizes[] = {{65536, "64KiB"},
+                 {65537, "65537B"},
+                 {INT64_C(3) << 40, "3TiB"},
+                 {INT64_C(1024) << 40, "1024TiB"},
+                 {0, "0B"}};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        cfg.seed = sizes[i].value;
+        zc_param_format(&size_param, &cfg, buf, sizeof(buf));
+        cr_assert_str_eq(buf, sizes[i].text, "%" PRId64 " bytes", sizes[i].value);
+    }
     cfg.seed = 5;
     zc_param_format(&bool_param, &cfg, buf, sizeof(buf));
     cr_assert_str_eq(buf, "1");

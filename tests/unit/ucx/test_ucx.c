@@ -9,6 +9,11 @@
 #include "tests/unit/ucx/membs.h"
 #include "transport/ucx/ucx.h"
 
+/* warnings and errors only: 32 messages of up to 511 bytes are plenty */
+#define LOG_CAPTURE_MAX 32
+#define LOG_CAPTURE_LEN 512
+#include "tests/unit/ucx/log_capture.h"
+
 #include <criterion/criterion.h>
 
 #include <inttypes.h>
@@ -16,58 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- log capture, shared by the rank threads ---- */
-
-#define MAX_CAPTURED 32
-
-static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
-static int cap_count;
-static char cap_msg[MAX_CAPTURED][512];
-
-static void capture_sink(void *arg, zc_log_level_t level, const char *file, int line,
-                         const char *msg)
-{
-    pthread_mutex_lock(&cap_lock);
-    if (cap_count < MAX_CAPTURED)
-        snprintf(cap_msg[cap_count], sizeof(cap_msg[0]), "%s", msg);
-    cap_count++;
-    pthread_mutex_unlock(&cap_lock);
-}
-
-/* The first captured message containing every one of @p needles (NULL-terminated), or NULL. */
-static const char *captured_with(const char *const *needles)
-{
-    for (int i = 0; i < cap_count && i < MAX_CAPTURED; i++) {
-        int all = 1;
-        for (const char *const *n = needles; *n; n++)
-            all &= strstr(cap_msg[i], *n) != NULL;
-        if (all)
-            return cap_msg[i];
-    }
-    return NULL;
-}
-
-static int captured_count(const char *needle)
-{
-    int n = 0;
-    for (int i = 0; i < cap_count && i < MAX_CAPTURED; i++)
-        n += strstr(cap_msg[i], needle) != NULL;
-    return n;
-}
-
 static void setup(void)
 {
-    cap_count = 0;
-    zc_log_set_level(ZC_LOG_WARN);
-    zc_log_set_sink(capture_sink, NULL);
+    capture_start(ZC_LOG_WARN);
 }
 
-static void teardown(void)
-{
-    zc_log_set_sink(NULL, NULL);
-}
-
-TestSuite(ucx, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(ucx, .init = setup, .fini = capture_stop, .timeout = 120);
 
 /* A stuck rank fails its test in seconds, not after the default 300 s. */
 static zc_config_t test_config(int64_t timeout_s)
