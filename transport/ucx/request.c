@@ -45,6 +45,8 @@ static void log_failure(zc_ucx_comm_t *comm, const zc_ucx_req_t *req, zc_status_
     zc_ucx_peer_t *peer = &comm->peers[req->peer];
     const char *in = comm->what ? " in " : "", *what = comm->what ? comm->what : "";
 
+    if (comm->quiet)
+        return;
     if (status == ZC_ERR_PEER) {
         if (peer->reported)
             return;
@@ -76,6 +78,7 @@ static void complete(zc_ucx_comm_t *comm, zc_ucx_req_t *req, ucs_status_t ustatu
     req->handle = NULL;
     req->length = status == ZC_OK ? length : 0;
     req->status = status;
+    comm->completed += status == ZC_OK;
     if (status < 0) {
         comm->saw_failure |= status == ZC_ERR_PEER;
         log_failure(comm, req, status, ustatus);
@@ -184,6 +187,21 @@ void zc_ucx_fail_peers(zc_ucx_comm_t *comm)
         failed = req->handle;
         complete(comm, req, comm->peers[req->peer].error, 0);
     }
+}
+
+uint64_t zc_ucx_completed(const zc_ucx_comm_t *comm)
+{
+    return comm->completed;
+}
+
+void zc_ucx_set_quiet(zc_ucx_comm_t *comm)
+{
+    comm->quiet = 1;
+}
+
+int zc_ucx_peer_failed(const zc_ucx_comm_t *comm, int peer)
+{
+    return peer >= 0 && peer < comm->size && comm->peers[peer].error != UCS_OK;
 }
 
 unsigned zc_ucx_progress(zc_ucx_comm_t *comm)

@@ -41,6 +41,8 @@ struct zc_ucx_comm {
     int saw_failure;         /* a peer failed or a request was abandoned: close by force */
     const char *what;        /* the caller's operation of the wait in progress, or NULL */
     zc_ucx_req_t *posting;   /* the receive being posted (request.c: post_recv) */
+    uint64_t completed;      /* requests completed successfully (zc_ucx_completed) */
+    int quiet;               /* zc_ucx_set_quiet: failures are no longer logged */
 };
 
 /* The one conversion from ucs_status_t. */
