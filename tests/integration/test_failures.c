@@ -96,6 +96,16 @@ static void fill(float *buf, size_t count, int rank)
         buf[i] = (float)(rank + 1 + (int)(i % 7));
 }
 
+/* A rank's input and output of @p count values, then its communicator; 0 or 1 (logged). */
+static int start_with_buffers(int rank, size_t count, float **send_p, float **recv_p)
+{
+    *send_p = malloc(count * sizeof(float));
+    *recv_p = malloc(count * sizeof(float));
+    CHECK(*send_p && *recv_p, "out of memory");
+    fill(*send_p, count, rank);
+    return start_rank(rank);
+}
+
 /* The sum of every rank's fill() within @p tolerance (absolute; 0 on the raw path: exact). */
 static int check_sum(const float *recv, size_t count, int size, double tolerance)
 {
@@ -156,10 +166,8 @@ static int stall_rank(int rank, int size, void *arg)
 {
     const stall_case_t *sc = arg;
     const size_t count = 1u << 20; /* 4 MiB per call: several chunks in flight */
-    float *send = malloc(count * sizeof(float)), *recv = malloc(count * sizeof(float));
-    CHECK(send && recv, "out of memory");
-    fill(send, count, rank);
-    if (start_rank(rank))
+    float *send, *recv;
+    if (start_with_buffers(rank, count, &send, &recv))
         return 1;
     pthread_t stopper;
     if (rank == VICTIM)
@@ -237,10 +245,8 @@ static int bad_rank(int rank, int size, void *arg)
 {
     const algo_env_t *ae = arg;
     const size_t count = 1u << 16;
-    float *send = malloc(count * sizeof(float)), *recv = malloc(count * sizeof(float));
-    CHECK(send && recv, "out of memory");
-    fill(send, count, rank);
-    if (start_rank(rank))
+    float *send, *recv;
+    if (start_with_buffers(rank, count, &send, &recv))
         return 1;
     zc_status_t status[BAD_CALLS];
     double secs[BAD_CALLS];
@@ -353,10 +359,8 @@ static int case_config(const char *variable, const char *common, const char *vic
 static int kill_rank(int rank, int size, void *arg)
 {
     const size_t count = 4u << 20;
-    float *send = malloc(count * sizeof(float)), *recv = malloc(count * sizeof(float));
-    CHECK(send && recv, "out of memory");
-    fill(send, count, rank);
-    if (start_rank(rank))
+    float *send, *recv;
+    if (start_with_buffers(rank, count, &send, &recv))
         return 1;
     /* zc_comm_agree_max on a healthy communicator: the maximum, not counted as a call */
     int32_t max = -1;
