@@ -175,8 +175,8 @@ static zc_status_t encode_next(zc_coll_op_t *op, allgather_t *ag)
     uint64_t tag = zc_coll_tag(op, 0, (unsigned)c);
     for (int i = 1; i < ag->n; i++) {
         int peer = (ag->rank + i) % ag->n; /* ranks start on different peers */
-        ZC_CHECK(zc_ucx_isend(op->comm->ucx, peer, tag, payload, ch->own_len,
-                              &ag->sends[(size_t)peer * ag->nchunks + c]));
+        ZC_CHECK(zc_coll_isend(op, peer, tag, payload, ch->own_len,
+                               &ag->sends[(size_t)peer * ag->nchunks + c]));
         op->stats.bytes_wire += ch->own_len;
     }
     ag->encoded++;
@@ -221,7 +221,7 @@ static zc_status_t decode_next(zc_coll_op_t *op, allgather_t *ag)
         ZC_ERROR("allgather: rank %d's payload of chunk %zu (%zu bytes, %zu values) does not "
                  "decode: %s",
                  j, c, len, ch->len, zc_status_string(status));
-        return status;
+        return zc_coll_blame(op, j, status);
     }
     if (++ag->dec_src < ag->n)
         return ZC_INPROGRESS;

@@ -136,6 +136,24 @@ ZC_EXPORT zc_status_t zc_allreduce_key(zc_comm_t *comm, const void *sendbuf, voi
     return zc_wait(&req);
 }
 
+ZC_EXPORT zc_status_t zc_comm_agree_max(zc_comm_t *comm, int32_t value, int32_t *max_p)
+{
+    zc_coll_op_t *o;
+    int32_t in = value, out = 0;
+
+    if (!max_p)
+        return ZC_ERR_INVALID_ARG;
+    ZC_CHECK(check_call(comm, &in, &out, 1, ZC_DTYPE_I32, ZC_OP_MAX));
+    ZC_CHECK(zc_op_create(comm, &in, &out, 1, ZC_DTYPE_I32, ZC_OP_MAX, 0, &o));
+    o->control = 1;
+    zc_op_enqueue(comm, o);
+    zc_request_t *req = o;
+    zc_status_t status = zc_wait(&req);
+    if (status == ZC_OK)
+        *max_p = out;
+    return status;
+}
+
 ZC_EXPORT zc_status_t zc_allreduce(zc_comm_t *comm, const void *sendbuf, void *recvbuf,
                                    size_t count, zc_dtype_t dtype, zc_redop_t op)
 {

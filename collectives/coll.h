@@ -45,6 +45,9 @@
 /* An op is what zc_iallreduce hands out as a zc_request_t. */
 typedef struct zc_request zc_coll_op_t;
 
+/* The abort message a failing rank sends every peer (op.c). */
+typedef struct zc_coll_abort zc_coll_abort_t;
+
 /* Tag layout (44 bits): seq 12 | step 16 | chunk 16. */
 #define ZC_COLL_SEQ_BITS 12
 #define ZC_COLL_STEP_BITS 16
@@ -92,12 +95,14 @@ struct zc_request {
     zc_tensor_state_t *tstate; /* per-tensor state; NULL for stateless codecs */
     zc_codec_rng_t rng;        /* seed, rank, counter = the tensor's call number */
     void *priv;                /* the algorithm's */
+    int control;               /* zc_comm_agree_max's: not in the statistics */
 
     /* driver */
     int phase; /* op.c's */
     zc_status_t status;
+    int culprit; /* the rank a failure is blamed on (zc_coll_blame), or -1 */
     uint64_t start_ns;
-    uint64_t deadline_ns;   /* pushed back whenever the worker makes progress */
+    uint64_t deadline_ns;   /* pushed back whenever a transfer of the comm completes */
     uint64_t last_poll_ns;  /* the driver's last look, to forgive gaps the caller made */
     zc_ucx_req_t *hdr_reqs; /* header exchange: N-1 receives, then N-1 sends */
     void *hdr_buf;          /* own header, then the N-1 received ones */
@@ -116,7 +121,19 @@ struct zc_comm {
     zc_ucx_comm_t *ucx;
     int rank, size;
     uint64_t seq;
-    zc_status_t broken; /* ZC_ERR_PEER/TIMEOUT once an exchange failed: later calls fail fast */
+
+    /*
+     * Failures (docs/failures.md). An op that fails after data may have moved
+     * breaks the communicator on every rank: the rank that fails first sends an
+     * abort to every peer, each peer fails its op in flight with it.
+     */
+    zc_status_t broken;        /* the first failure's status: later calls fail fast with it */
+    char broken_why[256];      /* "rank 1 failed allreduce #3: ..." (the first failure, any rank) */
+    zc_coll_abort_t *abort_in; /* [size]: one posted receive per peer */
+    zc_coll_abort_t *abort_out; /* what this rank sent, once it failed */
+    zc_ucx_req_t *abort_reqs;   /* [size] receives, then [size] sends */
+    int abort_sent;
+    uint64_t completed_seen; /* zc_ucx_completed at the last look: op deadlines */
 
     zc_policy_t policy;
     zc_state_store_t *store;
@@ -158,14 +175,48 @@ zc_status_t zc_comm_create(const zc_config_t *cfg, zc_bootstrap_t *bs, zc_comm_t
 /*
  * Tests @p n requests without blocking (the driver progresses the worker):
  * ZC_OK when all completed successfully, ZC_INPROGRESS while some run, else the
- * first error (requests of a dead peer fail with ZC_ERR_PEER). Pushes the op's
- * deadline back when one completed since the last look, and fails with
- * ZC_ERR_TIMEOUT, logging @p what and the peers still awaited, when
- * ZIPCCL_TIMEOUT_S passed with nothing completing. Requests with status other
- * than ZC_INPROGRESS count as completed (so arrays may hold unused slots set to
- * ZC_OK).
+ * first error (requests of a dead peer fail with ZC_ERR_PEER, blamed on it).
+ * Fails with ZC_ERR_TIMEOUT, logging @p what and the peers still awaited (the
+ * first one blamed), when ZIPCCL_TIMEOUT_S passed without any transfer of the
+ * communicator completing (the driver pushes the deadline back on each one;
+ * UCX's own traffic, keepalive included, does not count). Requests with status
+ * other than ZC_INPROGRESS count as completed (so arrays may hold unused slots
+ * set to ZC_OK).
  */
 zc_status_t zc_coll_test(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n, const char *what);
+
+/*
+ * Blames @p op's failure on rank @p peer (the sender of a payload this rank
+ * rejected): the abort the other ranks get names it. Returns @p status.
+ */
+zc_status_t zc_coll_blame(zc_coll_op_t *op, int peer, zc_status_t status);
+
+/*
+ * Checks that the receive @p req (completed) brought exactly @p expected
+ * bytes: ZC_OK, or ZC_ERR_MISMATCH logged with @p what and blamed on the
+ * sender. For transfers whose length both ends know (the raw ring's chunks):
+ * a short message would otherwise leave stale bytes in the result.
+ */
+zc_status_t zc_coll_check_length(zc_coll_op_t *op, const zc_ucx_req_t *req, size_t expected,
+                                 const char *what);
+
+/*
+ * zc_ucx_isend for an algorithm's data. In a build with ZC_FAULT_INJECTION
+ * (the tests' copy of this layer only, docs/failures.md) it can send a
+ * corrupt, short or over-long payload instead, as ZC_TEST_FAULT asks.
+ */
+zc_status_t zc_coll_isend(zc_coll_op_t *op, int peer, uint64_t tag, const void *buf, size_t len,
+                          zc_ucx_req_t *req);
+
+/* comm.c: posts the abort receives (after the transport is up), collective-free. */
+zc_status_t zc_coll_abort_init(zc_comm_t *comm);
+
+/*
+ * comm.c, before the transport goes: gives the aborts this rank sent a moment
+ * (at most 2 s) to leave, so that peers learn why before they see this rank's
+ * connections close.
+ */
+void zc_coll_abort_flush(zc_comm_t *comm);
 
 /* Abandons @p n requests still in flight (after a failure); completed ones are left alone. */
 void zc_coll_abandon(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n);

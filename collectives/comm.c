@@ -73,6 +73,59 @@ static void *progress_thread(void *arg)
     return NULL;
 }
 
+/*
+ * Fails on every rank, naming the first variable that differs, when the ranks'
+ * wire settings disagree (common/config.h): before any UCX endpoint exists, so
+ * that no rank waits for messages another will never send. One small allgather
+ * of hashes; the values themselves only when the hashes differ.
+ */
+static zc_status_t agree_config(const zc_config_t *cfg, zc_bootstrap_t *bs)
+{
+    typedef struct agree_header {
+        uint32_t magic;
+        uint32_t record_size;
+        uint64_t hash;
+    } agree_header_t;
+    const size_t record_size = zc_config_agreed_size();
+    agree_header_t mine = {.magic = 0x5a434647u /* "ZCFG" */, .record_size = (uint32_t)record_size};
+    agree_header_t *headers = calloc((size_t)bs->size, sizeof(*headers));
+    char *records = calloc((size_t)bs->size + 1, record_size);
+    zc_status_t status = ZC_ERR_NO_MEMORY;
+    char msg[256];
+
+    if (!headers || !records) {
+        ZC_ERROR("zc_comm_init: no memory to compare the configuration of %d ranks", bs->size);
+        goto out_free;
+    }
+    char *own = records + (size_t)bs->size * record_size;
+    zc_config_agreed_record(cfg, own);
+    mine.hash = zc_config_agreed_hash(own);
+    ZC_CHECK_GOTO(zc_bootstrap_allgather(bs, &mine, sizeof(mine), headers), status, out_free);
+    int same = 1;
+    for (int r = 0; r < bs->size; r++) {
+        if (headers[r].magic != mine.magic || headers[r].record_size != mine.record_size) {
+            ZC_ERROR("zc_comm_init: rank %d runs another version of zipccl (its configuration "
+                     "record has %" PRIu32 " bytes, this rank's %zu)",
+                     r, headers[r].record_size, record_size);
+            status = ZC_ERR_INVALID_CONFIG;
+            goto out_free;
+        }
+        same &= headers[r].hash == mine.hash;
+    }
+    status = ZC_OK;
+    if (same)
+        goto out_free;
+    ZC_CHECK_GOTO(zc_bootstrap_allgather(bs, own, record_size, records), status, out_free);
+    if (zc_config_agreed_compare(records, bs->size, msg, sizeof(msg)) != 0) {
+        ZC_ERROR("zc_comm_init: rank %d of %d: %s", bs->rank, bs->size, msg);
+        status = ZC_ERR_INVALID_CONFIG;
+    }
+out_free:
+    free(records);
+    free(headers);
+    return status;
+}
+
 static void comm_free(zc_comm_t *comm)
 {
     if (comm->thread_on) {
@@ -86,7 +139,12 @@ static void comm_free(zc_comm_t *comm)
     pthread_cond_destroy(&comm->cond);
     pthread_mutex_destroy(&comm->lock);
     zc_state_store_destroy(comm->store);
+    if (comm->ucx)
+        zc_coll_abort_flush(comm);
     zc_ucx_comm_destroy(comm->ucx); /* after this UCX touches no buffer of ours */
+    free(comm->abort_in);
+    free(comm->abort_out);
+    free(comm->abort_reqs);
     for (size_t i = 0; i < comm->graveyard_len; i++)
         free(comm->graveyard[i]);
     free(comm->graveyard);
@@ -117,7 +175,9 @@ zc_status_t zc_comm_create(const zc_config_t *cfg, zc_bootstrap_t *bs, zc_comm_t
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
 
+    ZC_CHECK_GOTO(agree_config(cfg, bs), status, fail);
     ZC_CHECK_GOTO(zc_ucx_comm_create(cfg, bs, &comm->ucx), status, fail);
+    ZC_CHECK_GOTO(zc_coll_abort_init(comm), status, fail);
     ZC_CHECK_GOTO(zc_policy_init(&comm->policy, cfg, bs, comm->ucx), status, fail);
     ZC_CHECK_GOTO(zc_state_store_create((size_t)cfg->state_max_bytes, &comm->store), status, fail);
     if (cfg->progress_thread) {

@@ -228,8 +228,7 @@ static zc_status_t cring_start(zc_coll_op_t *op)
 static zc_status_t send_right(zc_coll_op_t *op, cring_t *cr, unsigned step, size_t c,
                               const uint8_t *buf, size_t len, zc_ucx_req_t *req)
 {
-    ZC_CHECK(
-        zc_ucx_isend(op->comm->ucx, cr->right, zc_coll_tag(op, step, (unsigned)c), buf, len, req));
+    ZC_CHECK(zc_coll_isend(op, cr->right, zc_coll_tag(op, step, (unsigned)c), buf, len, req));
     op->stats.bytes_wire += len;
     return ZC_OK;
 }
@@ -283,8 +282,8 @@ static zc_status_t forward_gathered(zc_coll_op_t *op, cring_t *cr, size_t c)
         zc_ucx_req_t *req = &cr->ag_recv[i];
         if (req->status == ZC_INPROGRESS)
             return ZC_OK;
-        if (req->status < 0)
-            return req->status; /* the transport logged it */
+        if (req->status < 0) /* the transport logged it */
+            return zc_coll_blame(op, req->peer, req->status);
         cr_part_t *pt = part(cr, seg(cr, cr->rank - (long)s), c);
         pt->final = cr->ag_in + cr->ag_pos[i];
         pt->final_len = req->length;
@@ -310,7 +309,7 @@ static int reduce_step(zc_coll_op_t *op, cring_t *cr, size_t c, zc_status_t *sta
     if (s >= last || req->status == ZC_INPROGRESS || cr->encoded <= (s + 1) * nc + c)
         return 0;
     if (req->status < 0) {
-        *status_p = req->status; /* the transport logged it */
+        *status_p = zc_coll_blame(op, req->peer, req->status); /* the transport logged it */
         return -1;
     }
     size_t k = seg(cr, cr->rank - (long)s - 1);
@@ -325,7 +324,7 @@ static int reduce_step(zc_coll_op_t *op, cring_t *cr, size_t c, zc_status_t *sta
                  "not add "
                  "to this rank's (%zu bytes): %s",
                  cr->left, k, c, req->length, pt->own_len, zc_status_string(status));
-        *status_p = status;
+        *status_p = zc_coll_blame(op, cr->left, status);
         return -1;
     }
     cr->rs_done[c]++;
@@ -369,7 +368,7 @@ static int decode_step(zc_coll_op_t *op, cring_t *cr, zc_status_t *status_p)
             "compressed ring: the sum of segment %zu chunk %zu (%zu bytes, %zu values) does not "
             "decode: %s",
             p / cr->nchunks, p % cr->nchunks, pt->final_len, pt->len, zc_status_string(status));
-        *status_p = status;
+        *status_p = zc_coll_blame(op, cr->left, status); /* who sent it */
         return -1;
     }
     status = zc_coll_part_done(op, pt->cs, acc, pt->len, pt->off);

@@ -17,9 +17,13 @@
 #include "common/half.h"
 
 #include <inttypes.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-enum { PHASE_QUEUED, PHASE_HEADER, PHASE_ALGO, PHASE_DONE };
+/* PHASE_AGREED_FAIL: the headers disagree, which every rank found: nothing to tell the others */
+enum { PHASE_QUEUED, PHASE_HEADER, PHASE_ALGO, PHASE_AGREED_FAIL, PHASE_DONE };
 
 /* What every rank must agree on before an all-reduce moves data. */
 typedef struct call_header {
@@ -34,6 +38,32 @@ typedef struct call_header {
 } call_header_t;
 
 #define HEADER_MAGIC 0x5a43414cu /* "ZCAL" */
+
+/*
+ * Why a rank failed an op, sent to every peer (docs/failures.md). Its tag has
+ * the header's step with a chunk number headers never use (they use 0) and
+ * every sequence bit set: no op's message can match it.
+ */
+struct zc_coll_abort {
+    uint32_t magic;
+    int32_t origin;  /* the rank that failed first */
+    int32_t culprit; /* the rank it blames (dead, stalled, sent bad data), or -1 */
+    int32_t status;  /* the origin's zc_status_t */
+    uint64_t seq;    /* the op it failed */
+    char why[256];   /* "rank 3 lost rank 2 (...) in allreduce #7 (...)", NUL-terminated */
+};
+
+#define ABORT_MAGIC 0x5a434142u /* "ZCAB" */
+#define ABORT_TAG ZC_UCX_TAG_MAX
+/* How long zc_comm_destroy lets this rank's aborts leave before the connections close. */
+#define ABORT_FLUSH_NS 2000000000ull
+/*
+ * How long a rank that lost a peer listens for an abort before it calls itself
+ * the first to fail: a rank that failed first (it lost the peer that died)
+ * sends its abort, then exits, and a rank that sees that exit before the abort
+ * would otherwise blame the wrong peer.
+ */
+#define PEER_GRACE_NS 250000000ull
 
 /* One sampled call in this many measures the codec's error, when statistics are on. */
 #define ERROR_SAMPLE_PERIOD 16
@@ -72,6 +102,7 @@ zc_status_t zc_op_create(zc_comm_t *comm, const void *sendbuf, void *recvbuf, si
     op->op = redop;
     op->key = key ? key : default_key(sendbuf, count);
     op->status = ZC_INPROGRESS;
+    op->culprit = -1;
     op->phase = PHASE_QUEUED;
     op->path = zc_policy_choose(&comm->policy, count, dtype, redop);
     op->algo = algos[op->path.algo];
@@ -198,6 +229,13 @@ static zc_status_t header_check(zc_coll_op_t *op)
     return ZC_OK;
 }
 
+zc_status_t zc_coll_blame(zc_coll_op_t *op, int peer, zc_status_t status)
+{
+    if (op->culprit < 0)
+        op->culprit = peer;
+    return status;
+}
+
 zc_status_t zc_coll_test(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n, const char *what)
 {
     size_t pending = 0;
@@ -205,8 +243,8 @@ zc_status_t zc_coll_test(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n, const c
     for (size_t i = 0; i < n; i++) {
         if (reqs[i].status == ZC_INPROGRESS)
             pending++;
-        else if (reqs[i].status < 0)
-            return reqs[i].status; /* the transport logged it, naming the peer */
+        else if (reqs[i].status < 0) /* the transport logged it, naming the peer */
+            return zc_coll_blame(op, reqs[i].peer, reqs[i].status);
     }
     if (pending == 0)
         return ZC_OK;
@@ -220,7 +258,8 @@ zc_status_t zc_coll_test(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n, const c
     for (size_t i = 0; i < n && used + 24 < sizeof(peers); i++) {
         if (reqs[i].status != ZC_INPROGRESS)
             continue;
-        int w = snprintf(peers + used, sizeof(peers) - used, "%s%s %d", used ? ", " : "",
+        zc_coll_blame(op, reqs[i].peer, ZC_ERR_TIMEOUT);
+        int w = snprintf(peers + used, sizeof(peers) - used, "%s%s rank %d", used ? ", " : "",
                          reqs[i].is_recv ? "from" : "to", reqs[i].peer);
         used += (size_t)w;
     }
@@ -231,22 +270,27 @@ zc_status_t zc_coll_test(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n, const c
     return ZC_ERR_TIMEOUT;
 }
 
+zc_status_t zc_coll_check_length(zc_coll_op_t *op, const zc_ucx_req_t *req, size_t expected,
+                                 const char *what)
+{
+    if (req->length == expected)
+        return ZC_OK;
+    char desc[160];
+    describe(op, desc, sizeof(desc));
+    ZC_ERROR("%s: rank %d sent %zu bytes in %s where %zu were due", desc, req->peer, req->length,
+             what, expected);
+    return zc_coll_blame(op, req->peer, ZC_ERR_MISMATCH);
+}
+
 void zc_coll_abandon(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         zc_ucx_abandon(op->comm->ucx, &reqs[i], op->status < 0 ? op->status : ZC_ERR_INTERNAL);
 }
 
-void zc_coll_defer_free(zc_coll_op_t *op, void *ptr)
+/* Keeps @p ptr until the communicator is destroyed (UCX may still touch it). */
+static void graveyard_add(zc_comm_t *comm, void *ptr)
 {
-    zc_comm_t *comm = op->comm;
-
-    if (!ptr)
-        return;
-    if (op->status >= 0) {
-        free(ptr);
-        return;
-    }
     if (comm->graveyard_len == comm->graveyard_cap) {
         size_t cap = comm->graveyard_cap ? 2 * comm->graveyard_cap : 16;
         void **g = realloc(comm->graveyard, cap * sizeof(*g));
@@ -259,6 +303,199 @@ void zc_coll_defer_free(zc_coll_op_t *op, void *ptr)
         comm->graveyard_cap = cap;
     }
     comm->graveyard[comm->graveyard_len++] = ptr;
+}
+
+void zc_coll_defer_free(zc_coll_op_t *op, void *ptr)
+{
+    if (!ptr)
+        return;
+    if (op->status >= 0)
+        free(ptr);
+    else
+        graveyard_add(op->comm, ptr);
+}
+
+#ifdef ZC_FAULT_INJECTION
+/*
+ * ZC_TEST_FAULT=RANK:CALL:KIND (the tests' build only): the first data
+ * send of rank RANK in its call number CALL (op->seq, from 0) carries a bad
+ * payload: "short" sends half of it, "long" 2 MiB more than it (more than any
+ * receive buffer), "corrupt" inverts its first 16 bytes (a codec's header).
+ */
+static zc_status_t fault_isend(zc_coll_op_t *op, int peer, uint64_t tag, const void *buf,
+                               size_t len, zc_ucx_req_t *req, int *done_p)
+{
+    static int fired;
+    const char *spec = getenv("ZC_TEST_FAULT");
+    int rank;
+    unsigned long long call;
+    char kind[16];
+
+    *done_p = 0;
+    if (fired || !spec || len < 16 || sscanf(spec, "%d:%llu:%15s", &rank, &call, kind) != 3 ||
+        rank != op->comm->rank || call != op->seq)
+        return ZC_OK;
+    fired = 1;
+    size_t bad_len = len;
+    uint8_t *bad = NULL;
+    if (strcmp(kind, "short") == 0) {
+        bad_len = len / 2;
+    } else if (strcmp(kind, "long") == 0) {
+        bad_len = len + (2u << 20);
+    } else if (strcmp(kind, "corrupt") != 0) {
+        ZC_ERROR("ZC_TEST_FAULT: unknown kind '%s' (short, long, corrupt)", kind);
+        return ZC_ERR_INVALID_CONFIG;
+    }
+    bad = calloc(1, bad_len > len ? bad_len : len);
+    if (!bad)
+        return ZC_ERR_NO_MEMORY;
+    memcpy(bad, buf, len);
+    if (strcmp(kind, "corrupt") == 0)
+        for (size_t i = 0; i < 16; i++)
+            bad[i] = (uint8_t)~bad[i];
+    graveyard_add(op->comm, bad); /* in flight until the communicator goes */
+    ZC_WARN("ZC_TEST_FAULT: rank %d sends a %s payload of %zu bytes (not %zu) to rank %d in "
+            "call %llu",
+            rank, kind, bad_len, len, peer, call);
+    *done_p = 1;
+    return zc_ucx_isend(op->comm->ucx, peer, tag, bad, bad_len, req);
+}
+#endif
+
+zc_status_t zc_coll_isend(zc_coll_op_t *op, int peer, uint64_t tag, const void *buf, size_t len,
+                          zc_ucx_req_t *req)
+{
+#ifdef ZC_FAULT_INJECTION
+    int faulted;
+    zc_status_t status = fault_isend(op, peer, tag, buf, len, req, &faulted);
+    if (faulted || status < 0)
+        return status;
+#endif
+    return zc_ucx_isend(op->comm->ucx, peer, tag, buf, len, req);
+}
+
+/* A peer's abort arrived (a callback inside progress): the first one breaks the communicator. */
+static void abort_arrived(zc_ucx_req_t *req, void *arg)
+{
+    zc_comm_t *comm = arg;
+    int peer = req->peer;
+    const zc_coll_abort_t *a = &comm->abort_in[peer];
+
+    if (req->status != ZC_OK || comm->broken)
+        return; /* a dead peer's receive fails: the op in flight learns it from its own */
+    if (req->length != sizeof(*a) || a->magic != ABORT_MAGIC) {
+        snprintf(comm->broken_why, sizeof(comm->broken_why),
+                 "rank %d sent an abort of %zu bytes that does not parse", peer, req->length);
+        comm->broken = ZC_ERR_PEER;
+        return;
+    }
+    /* the text is the origin's; bound it whatever it sent */
+    snprintf(comm->broken_why, sizeof(comm->broken_why), "%.*s", (int)sizeof(a->why) - 1, a->why);
+    comm->broken = a->status == ZC_ERR_TIMEOUT ? ZC_ERR_TIMEOUT : ZC_ERR_PEER;
+    zc_ucx_set_quiet(comm->ucx); /* the peers that exit next are not news */
+}
+
+zc_status_t zc_coll_abort_init(zc_comm_t *comm)
+{
+    size_t n = (size_t)comm->size;
+
+    comm->abort_in = calloc(n, sizeof(*comm->abort_in));
+    comm->abort_out = calloc(1, sizeof(*comm->abort_out));
+    comm->abort_reqs = calloc(2 * n, sizeof(*comm->abort_reqs));
+    if (!comm->abort_in || !comm->abort_out || !comm->abort_reqs) {
+        ZC_ERROR("zc_comm_init: no memory for the abort messages of %d ranks", comm->size);
+        return ZC_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < comm->size; r++) {
+        if (r == comm->rank)
+            continue;
+        ZC_CHECK(zc_ucx_irecv_cb(comm->ucx, r, ABORT_TAG, &comm->abort_in[r],
+                                 sizeof(comm->abort_in[r]), abort_arrived, comm,
+                                 &comm->abort_reqs[r]));
+    }
+    return ZC_OK;
+}
+
+/* The first failure of @p op on this rank: why, in words every rank will print. */
+static void failure_why(const zc_coll_op_t *op, zc_status_t status, const char *desc, char *buf,
+                        size_t len)
+{
+    const zc_comm_t *comm = op->comm;
+
+    if (status == ZC_ERR_TIMEOUT && op->culprit >= 0)
+        snprintf(buf, len,
+                 "rank %d timed out after %" PRId64 " s (ZIPCCL_TIMEOUT_S) waiting for rank %d "
+                 "in %s",
+                 comm->rank, comm->cfg.timeout_s, op->culprit, desc);
+    else if (status == ZC_ERR_PEER && op->culprit >= 0)
+        snprintf(buf, len, "rank %d lost rank %d (it died or its connection failed) in %s",
+                 comm->rank, op->culprit, desc);
+    else if (op->culprit >= 0)
+        snprintf(buf, len, "rank %d rejected the data rank %d sent in %s: %s", comm->rank,
+                 op->culprit, desc, zc_status_string(status));
+    else
+        snprintf(buf, len, "rank %d failed %s: %s", comm->rank, desc, zc_status_string(status));
+}
+
+/*
+ * This rank failed @p op first: the communicator is broken here, and every
+ * peer is told why (best effort: a dead peer's send fails, which is fine).
+ */
+static void abort_send(zc_coll_op_t *op, zc_status_t status)
+{
+    zc_comm_t *comm = op->comm;
+    char desc[160];
+
+    describe(op, desc, sizeof(desc));
+    failure_why(op, status, desc, comm->broken_why, sizeof(comm->broken_why));
+    comm->broken = status;
+    if (!comm->abort_out || comm->abort_sent)
+        return;
+    zc_coll_abort_t *a = comm->abort_out;
+    a->magic = ABORT_MAGIC;
+    a->origin = comm->rank;
+    a->culprit = op->culprit;
+    a->status = status;
+    a->seq = op->seq;
+    _Static_assert(sizeof(a->why) == sizeof(comm->broken_why), "the abort carries broken_why");
+    memcpy(a->why, comm->broken_why, sizeof(a->why));
+    comm->abort_sent = 1;
+    ZC_ERROR("%s; telling the other ranks", comm->broken_why);
+    zc_ucx_set_quiet(comm->ucx);
+    zc_ucx_req_t *sends = comm->abort_reqs + comm->size;
+    for (int r = 0; r < comm->size; r++) {
+        sends[r].status = ZC_OK;
+        if (r != comm->rank && zc_ucx_isend(comm->ucx, r, ABORT_TAG, a, sizeof(*a), &sends[r]) < 0)
+            sends[r].status = ZC_ERR_PEER;
+    }
+}
+
+/*
+ * The communicator is broken: no abort matters any more, and the receives of
+ * peers that exit next must not fail (and be logged, naming a rank that is
+ * merely leaving).
+ */
+static void abort_quiet(zc_comm_t *comm)
+{
+    for (int r = 0; comm->abort_reqs && r < comm->size; r++)
+        zc_ucx_abandon(comm->ucx, &comm->abort_reqs[r], comm->broken);
+}
+
+void zc_coll_abort_flush(zc_comm_t *comm)
+{
+    if (!comm->abort_sent)
+        return;
+    zc_ucx_req_t *sends = comm->abort_reqs + comm->size;
+    uint64_t deadline = zc_time_ns() + ABORT_FLUSH_NS;
+    for (;;) {
+        int pending = 0;
+        for (int r = 0; r < comm->size; r++)
+            pending += sends[r].status == ZC_INPROGRESS;
+        if (!pending || zc_time_ns() > deadline)
+            break;
+        if (!zc_ucx_progress(comm->ucx))
+            sched_yield();
+    }
 }
 
 void zc_coll_store_result(zc_coll_op_t *op, float *acc, size_t count, size_t offset)
@@ -330,11 +567,59 @@ void zc_coll_measure_error(zc_coll_op_t *op, zc_codec_state_t *cs, const void *p
     free(y);
 }
 
+/* @p op ends because the communicator broke (here earlier, or a peer's abort arrived). */
+static void log_broken(const zc_coll_op_t *op)
+{
+    const zc_comm_t *comm = op->comm;
+    char desc[160];
+
+    describe(op, desc, sizeof(desc));
+    if (op->phase == PHASE_QUEUED)
+        ZC_LOG_ONCE(ZC_LOG_ERROR,
+                    "%s: the communicator failed earlier (%s); destroy and recreate it", desc,
+                    comm->broken_why);
+    else
+        ZC_ERROR("%s: aborted: %s", desc, comm->broken_why);
+}
+
+/*
+ * The final status of @p op, which failed here with @p status. Any failure but
+ * a disagreement on the call header (every rank compared every header: all saw
+ * it) may leave peers waiting for data of this op: the communicator breaks and
+ * the peers are told (abort_send). A peer's abort that arrives within
+ * PEER_GRACE_NS of a lost peer takes precedence: it names the rank that failed
+ * first.
+ */
+static zc_status_t failure_settle(zc_coll_op_t *op, zc_status_t status)
+{
+    zc_comm_t *comm = op->comm;
+
+    if (status >= 0 || op->phase == PHASE_AGREED_FAIL || comm->broken)
+        return status;
+    if (status == ZC_ERR_PEER) {
+        uint64_t until = zc_time_ns() + PEER_GRACE_NS;
+        while (!comm->broken && zc_time_ns() < until)
+            if (!zc_ucx_progress(comm->ucx))
+                sched_yield();
+        if (comm->broken) {
+            log_broken(op);
+            return comm->broken;
+        }
+        /* a transfer posted to a dead peer fails where it is posted: find it */
+        for (int r = 0; r < comm->size && op->culprit < 0; r++)
+            if (zc_ucx_peer_failed(comm->ucx, r))
+                op->culprit = r;
+    }
+    abort_send(op, status);
+    return status;
+}
+
 /* Ends @p op with @p status: the algorithm lets go, statistics are recorded. */
 static void op_finish(zc_coll_op_t *op, zc_status_t status)
 {
     zc_comm_t *comm = op->comm;
 
+    status = failure_settle(op, status);
     op->status = status;
     if (op->hdr_reqs && status < 0)
         zc_coll_abandon(op, op->hdr_reqs, 2 * ((size_t)comm->size - 1));
@@ -344,10 +629,10 @@ static void op_finish(zc_coll_op_t *op, zc_status_t status)
     }
     if (op->phase == PHASE_ALGO)
         op->algo->fini(op);
+    if (comm->broken)
+        abort_quiet(comm);
     op->phase = PHASE_DONE;
-    if (status == ZC_ERR_PEER || status == ZC_ERR_TIMEOUT)
-        comm->broken = status;
-    if (status == ZC_OK) {
+    if (status == ZC_OK && !op->control) {
         if (op->tstate)
             op->tstate->calls++;
         size_t bytes = op->count * zc_dtype_bytes(op->dtype);
@@ -369,19 +654,19 @@ static zc_status_t op_advance(zc_coll_op_t *op)
         op->deadline_ns += now - op->last_poll_ns;
     op->last_poll_ns = now;
 
-    switch (op->phase) {
-    case PHASE_QUEUED:
+    if (op->phase == PHASE_QUEUED) {
         op->start_ns = now;
         push_deadline(op, now);
-        if (comm->broken) {
-            char desc[160];
-            describe(op, desc, sizeof(desc));
-            ZC_LOG_ONCE(ZC_LOG_ERROR,
-                        "%s: the communicator failed earlier (%s); destroy and recreate it", desc,
-                        zc_status_string(comm->broken));
-            op_finish(op, comm->broken);
-            return op->status;
-        }
+    }
+    if (comm->broken && op->phase < PHASE_AGREED_FAIL) {
+        /* failed earlier here, or a peer's abort arrived: this op cannot complete */
+        log_broken(op);
+        op_finish(op, comm->broken);
+        return op->status;
+    }
+
+    switch (op->phase) {
+    case PHASE_QUEUED:
         ZC_CHECK_GOTO(op_prepare(op), status, fail);
         op->phase = PHASE_HEADER;
         ZC_CHECK_GOTO(header_start(op), status, fail);
@@ -393,7 +678,11 @@ static zc_status_t op_advance(zc_coll_op_t *op)
             return status;
         if (status < 0)
             goto fail;
-        ZC_CHECK_GOTO(header_check(op), status, fail);
+        status = header_check(op);
+        if (status < 0) {
+            op->phase = PHASE_AGREED_FAIL;
+            goto fail;
+        }
         op->phase = PHASE_ALGO;
         ZC_CHECK_GOTO(op->algo->start(op), status, fail);
         /* fall through */
@@ -461,9 +750,15 @@ int zc_comm_progress(zc_comm_t *comm)
 
     if (!op)
         return 0;
-    unsigned events = zc_ucx_progress(comm->ucx);
-    if (events && op->phase != PHASE_QUEUED)
-        push_deadline(op, zc_time_ns());
+    /* a broken communicator moves nothing: its peers may be gone, and are not our news */
+    unsigned events = comm->broken ? 0 : zc_ucx_progress(comm->ucx);
+    /* a deadline on this op's transfers: UCX's keepalive is an event every 20 s, not progress */
+    uint64_t completed = zc_ucx_completed(comm->ucx);
+    if (completed != comm->completed_seen) {
+        comm->completed_seen = completed;
+        if (op->phase != PHASE_QUEUED)
+            push_deadline(op, zc_time_ns());
+    }
     activity += (int)events;
     for (; op; op = queue_head(comm)) {
         if (op_advance(op) == ZC_INPROGRESS)

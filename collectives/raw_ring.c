@@ -34,7 +34,8 @@
  * Tags: (step, chunk) numbered step * C + chunk and split over zc_coll_tag's
  * step and chunk fields, so C may exceed 2^16 when N is small; C is capped so
  * that the number stays below ZC_COLL_MAX_STEP * 2^16. Chunks of length 0 (an
- * empty segment when count < N) send nothing: both ends know the length.
+ * empty segment when count < N) send nothing: both ends know the length, and
+ * every receive is checked against it (check_arrived).
  */
 #include "collectives/coll.h"
 #include "collectives/reduce.h"
@@ -131,8 +132,8 @@ static zc_status_t post_send(zc_coll_op_t *op, ring_t *ring, size_t c, unsigned 
     if (len == 0) {
         req->status = ZC_OK;
     } else {
-        ZC_CHECK(zc_ucx_isend(op->comm->ucx, ring->right, ring_tag(op, ring, step, c),
-                              base + off * ring->esize, len * ring->esize, req));
+        ZC_CHECK(zc_coll_isend(op, ring->right, ring_tag(op, ring, step, c),
+                               base + off * ring->esize, len * ring->esize, req));
         op->stats.bytes_wire += len * ring->esize;
     }
     ch->in_flight[REQ_SEND] = 1;
@@ -159,6 +160,23 @@ static zc_status_t post_recv(zc_coll_op_t *op, ring_t *ring, size_t c, unsigned 
     }
     ch->in_flight[which] = 1;
     return ZC_OK;
+}
+
+/*
+ * Step @p step of chunk @p c arrived: it must be as long as posted. UCX fails
+ * a longer message, but completes a shorter one, which would leave stale
+ * values in the result on every rank.
+ */
+static zc_status_t check_arrived(zc_coll_op_t *op, ring_t *ring, size_t c, unsigned step,
+                                 const char *what)
+{
+    const int which = step < ring->nsteps / 2 ? REQ_RS : REQ_AG;
+    size_t off, len;
+
+    chunk_range(op, ring, recv_seg(ring, step), c, &off, &len);
+    if (len == 0)
+        return ZC_OK; /* nothing was posted: both ends know */
+    return zc_coll_check_length(op, chunk_req(ring, c, which), len * ring->esize, what);
 }
 
 /* Reduce-scatter step @p step of chunk @p c arrived: reduce it into recvbuf. */
@@ -212,6 +230,7 @@ static zc_status_t chunk_advance(zc_coll_op_t *op, ring_t *ring, size_t c, int *
                 return st;
             if (st == ZC_OK) {
                 ch->in_flight[REQ_RS] = 0;
+                ZC_CHECK(check_arrived(op, ring, c, ch->rs_next, "ring reduce-scatter"));
                 reduce_arrived(op, ring, c, ch->rs_next);
                 ch->rs_next++;
                 moved = 1;
@@ -223,6 +242,7 @@ static zc_status_t chunk_advance(zc_coll_op_t *op, ring_t *ring, size_t c, int *
                 return st;
             if (st == ZC_OK) {
                 ch->in_flight[REQ_AG] = 0;
+                ZC_CHECK(check_arrived(op, ring, c, ch->ag_next, "ring all-gather"));
                 ch->ag_next++;
                 moved = 1;
             }

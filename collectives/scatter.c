@@ -257,8 +257,8 @@ static zc_status_t encode_next(zc_coll_op_t *op, scatter_t *sc)
     }
     zc_coll_measure_error(op, pt->cs, payload, pt->out_len, src, pt->len);
     if (j != (size_t)sc->rank) {
-        ZC_CHECK(zc_ucx_isend(op->comm->ucx, (int)j, zc_coll_tag(op, 0, (unsigned)c), payload,
-                              pt->out_len, &sc->send_out[p]));
+        ZC_CHECK(zc_coll_isend(op, (int)j, zc_coll_tag(op, 0, (unsigned)c), payload, pt->out_len,
+                               &sc->send_out[p]));
         op->stats.bytes_wire += pt->out_len;
     }
     sc->encoded++;
@@ -292,8 +292,8 @@ static zc_status_t finish_chunk(zc_coll_op_t *op, scatter_t *sc)
     uint64_t tag = zc_coll_tag(op, 1, (unsigned)c);
     for (int i = 1; i < sc->n; i++) {
         size_t peer = (size_t)((sc->rank + i) % sc->n);
-        ZC_CHECK(zc_ucx_isend(op->comm->ucx, (int)peer, tag, payload, own->fin_len,
-                              &sc->send_fin[peer * sc->nchunks + c]));
+        ZC_CHECK(zc_coll_isend(op, (int)peer, tag, payload, own->fin_len,
+                               &sc->send_fin[peer * sc->nchunks + c]));
         op->stats.bytes_wire += own->fin_len;
     }
     sc->added = 0;
@@ -334,7 +334,7 @@ static int own_step(zc_coll_op_t *op, scatter_t *sc, zc_status_t *status_p)
         if (req->status == ZC_INPROGRESS)
             return 0;
         if (req->status < 0) {
-            *status_p = req->status; /* the transport logged it */
+            *status_p = zc_coll_blame(op, req->peer, req->status); /* the transport logged it */
             return -1;
         }
         payload = sc->in + (size_t)j * sc->in_stride + sc->in_pos[c];
@@ -362,7 +362,7 @@ static int own_step(zc_coll_op_t *op, scatter_t *sc, zc_status_t *status_p)
                  "not %s: %s",
                  j, sc->rank, c, len, own->len, sc->reduce_mode ? "reduce" : "decode",
                  zc_status_string(status));
-        *status_p = status;
+        *status_p = zc_coll_blame(op, (int)j, status);
         return -1;
     }
     sc->added++;
@@ -394,7 +394,8 @@ static int decode_step(zc_coll_op_t *op, scatter_t *sc, zc_status_t *status_p)
             pt = &sc->parts[p];
             len = sc->recv_fin[p].length;
         } else if (sc->recv_fin[p].status < 0) {
-            *status_p = sc->recv_fin[p].status; /* the transport logged it */
+            /* the transport logged it */
+            *status_p = zc_coll_blame(op, sc->recv_fin[p].peer, sc->recv_fin[p].status);
             return -1;
         }
     }
@@ -416,7 +417,7 @@ static int decode_step(zc_coll_op_t *op, scatter_t *sc, zc_status_t *status_p)
         ZC_ERROR("scatter: owner %zu's final payload of chunk %zu (%zu bytes, %zu values) does "
                  "not decode: %s",
                  p / nc, p % nc, len, pt->len, zc_status_string(status));
-        *status_p = status;
+        *status_p = zc_coll_blame(op, (int)(p / nc), status);
         return -1;
     }
     status = zc_coll_part_done(op, pt->cs, acc, pt->len, pt->off);

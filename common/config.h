@@ -115,6 +115,32 @@ void zc_param_format(const zc_param_desc_t *param, const zc_config_t *cfg, char 
 /* Writes the accepted values of @p param ("2..17", "max|l2", "0B..1TiB") into @p buf. */
 void zc_param_range(const zc_param_desc_t *param, char *buf, size_t len);
 
+/*
+ * Agreement across ranks (config_agree.c). Some variables decide what goes on
+ * the wire or which path a call takes (the codec and its parameters, the
+ * algorithm, the size thresholds, the frontends' switches): ranks that differ
+ * there would hang or exchange what the others cannot read, so communicators
+ * compare them at creation and fail on every rank, naming the first variable
+ * that differs.
+ *
+ * zc_param_agreed: 1 when @p param must be the same on every rank, 0 when it
+ * may differ, -1 when it is in neither list (a bug the unit test catches).
+ * zc_config_agreed_record writes the agreed values of @p cfg as text into
+ * @p record (zc_config_agreed_size() bytes, ZC_CONFIG_AGREED_VALUE_LEN per
+ * variable, zero-padded: records compare bytewise); zc_config_agreed_hash is
+ * a 64-bit FNV-1a of one. zc_config_agreed_compare takes @p size ranks'
+ * records (rank r's at r * zc_config_agreed_size()) and returns 0 when they
+ * agree, else -1 with "ZIPCCL_CODEC differs between ranks: rank 0 has qsgd,
+ * rank 2 has none; ..." in @p msg (the same text on every rank that compares
+ * the same records).
+ */
+#define ZC_CONFIG_AGREED_VALUE_LEN 32
+int zc_param_agreed(const zc_param_desc_t *param);
+size_t zc_config_agreed_size(void);
+void zc_config_agreed_record(const zc_config_t *cfg, void *record);
+uint64_t zc_config_agreed_hash(const void *record);
+int zc_config_agreed_compare(const void *records, int size, char *msg, size_t len);
+
 /* Edit distance between two strings, for "did you mean" suggestions. */
 size_t zc_edit_distance(const char *a, const char *b);
 

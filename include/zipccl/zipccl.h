@@ -172,9 +172,17 @@ int zc_comm_size(const zc_comm_t *comm);
  * Errors: ZC_ERR_INVALID_ARG (NULL buffers, unknown dtype or op),
  * ZC_ERR_MISMATCH (ranks passed different counts, types, operations or
  * decisions; logged with both values), ZC_ERR_PEER / ZC_ERR_TIMEOUT (a rank
- * died or stalled past ZIPCCL_TIMEOUT_S; logged naming it), ZC_ERR_NO_MEMORY.
- * After ZC_ERR_PEER or ZC_ERR_TIMEOUT the contents of @p recvbuf are undefined
- * and the communicator should be destroyed.
+ * died, stalled past ZIPCCL_TIMEOUT_S without any transfer completing, or
+ * failed this call and told the others; logged naming the rank that failed
+ * first and why), ZC_ERR_CORRUPT and others (this rank rejected a peer's data,
+ * or failed on its own), ZC_ERR_NO_MEMORY.
+ *
+ * Any failure but a disagreement on the call (ZC_ERR_MISMATCH of the call
+ * header) or a bad argument breaks the communicator on every rank: the rank
+ * that fails first tells the others, whose call in flight fails too (or, when
+ * it had already completed there, their next one). A broken communicator fails
+ * every later call at once; @p recvbuf is undefined after a failed call;
+ * destroy the communicator (docs/failures.md).
  */
 zc_status_t zc_allreduce(zc_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                          zc_dtype_t dtype, zc_redop_t op);
@@ -207,6 +215,15 @@ zc_status_t zc_test(zc_request_t **req_p);
 
 /** Waits until the request completes; returns, frees and clears as zc_test. */
 zc_status_t zc_wait(zc_request_t **req_p);
+
+/**
+ * The maximum of @p value over every rank of @p comm into *@p max_p
+ * (collective, blocking): one small uncompressed all-reduce that the
+ * statistics do not count, for frontends that must agree on a decision (the
+ * preload library: "did a call fail on any rank"). Fails as zc_allreduce,
+ * at once on a broken communicator, which makes it safe after a peer died.
+ */
+zc_status_t zc_comm_agree_max(zc_comm_t *comm, int32_t value, int32_t *max_p);
 
 /** Counters of one communicator since its creation (zc_comm_stats). */
 typedef struct zc_stats {

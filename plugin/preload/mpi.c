@@ -18,6 +18,11 @@
  * the MPI communicator is freed, and kept in a list, so that MPI_Finalize can
  * destroy the rest (writing their statistics) before the real one. zipccl
  * itself is libzipccl.so.0, loaded at the first eligible call (preload.h).
+ *
+ * Whether zipccl is used at all is agreed by every rank inside MPI_Init, before
+ * any call takes a path (mpi_agree_use): a rank whose ZIPCCL_* settings are
+ * invalid or differ from the others' would otherwise pass its calls to MPI
+ * while they wait in zipccl.
  */
 #include "plugin/preload/preload.h"
 
@@ -76,6 +81,7 @@ static pthread_once_t mpi_once = PTHREAD_ONCE_INIT;
 static zp_mpi_t mpi_real;
 static int mpi_found; /* the pass-through functions resolved */
 static int mpi_finalized;
+static int mpi_use_zipccl; /* every rank agreed at MPI_Init: valid, alike, PRELOAD_MPI on */
 
 /* libmpi when a dlopen with RTLD_LOCAL hid it from the global scope; NULL otherwise. */
 static void *libmpi_handle(void)
@@ -501,7 +507,7 @@ static int call_dtype(const zp_mpi_t *m, const zc_config_t *cfg, const void *sen
     zc_dtype_t dtype;
     int inter = 1;
 
-    if (!m->interpose || !cfg || !cfg->preload_mpi ||
+    if (!m->interpose || !cfg || !__atomic_load_n(&mpi_use_zipccl, __ATOMIC_RELAXED) ||
         __atomic_load_n(&mpi_finalized, __ATOMIC_RELAXED))
         return -1;
     if (datatype == m->dt_float)
@@ -544,23 +550,26 @@ static int call_failed(const zp_mpi_t *m, zp_mpi_comm_t *e, const char *what, in
  * Whether @p e's calls still go through zipccl, agreed by every rank: a failed
  * call may have failed on some ranks only (MPI_ERRORS_RETURN lets the program
  * go on), and ranks that went on with zipccl while others passed through would
- * hang. Every eligible call first reduces the local failed flags (one int,
- * PMPI_Allreduce MAX on the user's communicator, in the call every rank makes);
- * once any rank failed, every rank passes through from that call on.
+ * hang. Every eligible call first reduces the local failed flags (one int, MAX)
+ * on the zipccl communicator itself, not on MPI's: after a peer died (Open
+ * MPI's --enable-recovery keeps the others running) an MPI collective would
+ * hang, while zipccl's knows the communicator is broken and fails at once on
+ * every rank (its abort reaches the others). Once any rank failed, or the
+ * agreement itself fails, every rank passes through from that call on.
  */
-static int call_agree(const zp_mpi_t *m, zp_mpi_comm_t *e, int rank, int size)
+static int call_agree(zp_mpi_comm_t *e, int rank, int size)
 {
-    int any = 0;
+    int32_t any = 0;
     if (e->off)
         return 0;
-    int rc = m->allreduce(&e->failed, &any, 1, m->dt_int, m->op_max, e->comm);
-    if (rc != MPI_SUCCESS || any) {
+    zc_status_t status = zp_engine()->comm_agree_max(e->zc, e->failed, &any);
+    if (status != ZC_OK || any) {
         if (!e->failed)
             ZC_WARN("libzipccl-preload: rank %d of %d: %s; this communicator's calls go to MPI "
                     "unchanged from now on",
                     rank, size,
-                    rc != MPI_SUCCESS ? "the agreement on failed calls failed"
-                                      : "a call failed in zipccl on another rank");
+                    status != ZC_OK ? "the agreement on failed calls failed in zipccl"
+                                    : "a call failed in zipccl on another rank");
         e->off = 1;
         return 0;
     }
@@ -572,7 +581,7 @@ static int run_zipccl(const zp_mpi_t *m, const char *what, const void *sendbuf, 
                       int count, zc_dtype_t dtype, MPI_Comm comm, int rank, int size)
 {
     zp_mpi_comm_t *e = comm_get(m, comm, rank, size);
-    if (!e || !e->zc || !call_agree(m, e, rank, size))
+    if (!e || !e->zc || !call_agree(e, rank, size))
         return -1;
     const void *src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
     zc_status_t status = zp_allreduce(zp_engine(), e->zc, src, recvbuf, (size_t)count, dtype,
@@ -590,12 +599,90 @@ ZP_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_D
 ZP_EXPORT int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
                              MPI_Op op, MPI_Comm comm, MPI_Request *request);
 
-static void mpi_started(void)
+/* A rank's part of the agreement on using zipccl (mpi_agree_use). */
+typedef struct use_header {
+    uint32_t valid; /* ZIPCCL_* parsed */
+    uint32_t on;    /* ZIPCCL_PRELOAD_MPI */
+    uint64_t hash;  /* of the variables every rank must set alike (common/config.h) */
+} use_header_t;
+
+/*
+ * Agrees, on every rank of MPI_COMM_WORLD inside MPI_Init, whether eligible
+ * calls go through zipccl: only when every rank's configuration is valid,
+ * the same where it must be (the first variable that differs is named on every
+ * rank), and ZIPCCL_PRELOAD_MPI is on everywhere. Otherwise every call of every
+ * rank goes to MPI. One PMPI_Allgather of 16 bytes; the values themselves only
+ * when the hashes differ. Collective: every rank's MPI_Init runs it.
+ */
+static void mpi_agree_use(const zp_mpi_t *m)
 {
-    const zc_config_t *cfg = zp_config(); /* reads the environment only */
-    if (cfg && cfg->preload_mpi && mpi_real.interpose)
+    const zc_config_t *cfg = zp_config(); /* NULL: invalid, logged naming the variable */
+    const size_t rsize = zc_config_agreed_size();
+    int rank = 0, size = 1;
+    use_header_t mine = {0}, *all = NULL;
+    char *records = NULL, msg[256] = "";
+
+    m->comm_rank(m->comm_world, &rank);
+    m->comm_size(m->comm_world, &size);
+    all = calloc((size_t)size, sizeof(*all));
+    records = calloc((size_t)size + 1, rsize);
+    if (!all || !records) {
+        /* a few bytes per rank at MPI_Init: like the rest of this file, give up locally */
+        ZC_ERROR("libzipccl-preload: rank %d of %d: out of memory for the agreement on using "
+                 "zipccl; this rank's MPI calls go to MPI unchanged",
+                 rank, size);
+        free(records);
+        free(all);
+        return;
+    }
+    char *own = records + (size_t)size * rsize;
+    if (cfg) {
+        zc_config_agreed_record(cfg, own);
+        mine.valid = 1;
+        mine.on = cfg->preload_mpi != 0;
+        mine.hash = zc_config_agreed_hash(own);
+    }
+    int rc = m->allgather(&mine, (int)sizeof(mine), m->dt_byte, all, (int)sizeof(mine), m->dt_byte,
+                          m->comm_world);
+    int use = rc == MPI_SUCCESS, alike = 1, invalid = -1;
+    for (int r = 0; rc == MPI_SUCCESS && r < size; r++) {
+        if (!all[r].valid && invalid < 0)
+            invalid = r;
+        use &= all[r].valid && all[r].on;
+        alike &= all[r].hash == all[0].hash;
+    }
+    if (rc == MPI_SUCCESS && invalid < 0 && !alike) {
+        /* every rank is valid (so has its record): find what differs, identically everywhere */
+        rc = m->allgather(own, (int)rsize, m->dt_byte, records, (int)rsize, m->dt_byte,
+                          m->comm_world);
+        if (rc == MPI_SUCCESS)
+            zc_config_agreed_compare(records, size, msg, sizeof(msg));
+        use = 0;
+    }
+    if (rc != MPI_SUCCESS)
+        ZC_ERROR("libzipccl-preload: rank %d of %d: the agreement on using zipccl failed (MPI "
+                 "error %d); every MPI call goes to MPI unchanged",
+                 rank, size, rc);
+    else if (invalid >= 0)
+        ZC_ERROR("libzipccl-preload: rank %d of %d: rank %d's ZIPCCL_* settings are invalid (its "
+                 "log names the variable); every MPI call goes to MPI unchanged, on every rank",
+                 rank, size, invalid);
+    else if (msg[0])
+        ZC_ERROR("libzipccl-preload: rank %d of %d: %s; every MPI call goes to MPI unchanged, "
+                 "on every rank",
+                 rank, size, msg);
+    else if (use)
         ZC_INFO("libzipccl-preload: MPI initialized; eligible MPI_Allreduce calls go through "
                 "zipccl");
+    __atomic_store_n(&mpi_use_zipccl, use, __ATOMIC_RELAXED);
+    free(records);
+    free(all);
+}
+
+static void mpi_started(void)
+{
+    if (mpi_real.interpose)
+        mpi_agree_use(&mpi_real);
 }
 
 ZP_EXPORT int MPI_Init(int *argc, char ***argv)

@@ -85,6 +85,7 @@ static void engine_load(void)
     ENGINE_FN(comm_destroy, "zc_comm_destroy");
     ENGINE_FN(allreduce_key, "zc_allreduce_key");
     ENGINE_FN(comm_set_stats_file, "zc_comm_set_stats_file");
+    ENGINE_FN(comm_agree_max, "zc_comm_agree_max");
 #undef ENGINE_FN
     /* never dlclose'd: its communicators and threads may outlive any caller */
     engine_ok = &engine;

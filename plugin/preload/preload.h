@@ -39,6 +39,7 @@ typedef struct zp_engine {
     zc_status_t (*allreduce_key)(zc_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                                  zc_dtype_t dtype, zc_redop_t op, uint64_t key);
     zc_status_t (*comm_set_stats_file)(zc_comm_t *comm, const char *path);
+    zc_status_t (*comm_agree_max)(zc_comm_t *comm, int32_t value, int32_t *max_p);
 } zp_engine_t;
 
 /*

@@ -25,6 +25,8 @@ static void log_failure(zc_ucx_comm_t *comm, const zc_ucx_req_t *req, zc_status_
     zc_ucx_peer_t *peer = &comm->peers[req->peer];
     const char *in = comm->what ? " in " : "", *what = comm->what ? comm->what : "";
 
+    if (comm->quiet)
+        return;
     if (status == ZC_ERR_PEER) {
         if (peer->reported)
             return;
@@ -55,6 +57,7 @@ static void complete(zc_ucx_comm_t *comm, zc_ucx_req_t *req, zc_status_t status,
     }
     req->length = status == ZC_OK ? length : 0;
     req->status = status;
+    comm->completed += status == ZC_OK;
     if (status < 0) {
         comm->saw_failure |= status == ZC_ERR_PEER;
         log_failure(comm, req, status, reason);
@@ -106,6 +109,21 @@ static int of_failed_peer(zc_ucx_op_t *op, void *arg)
 void zc_ucx_fail_peers(zc_ucx_comm_t *comm)
 {
     zc_ucx_worker_fail_ops(comm->worker, of_failed_peer, comm, ZC_ERR_PEER, NULL);
+}
+
+uint64_t zc_ucx_completed(const zc_ucx_comm_t *comm)
+{
+    return comm->completed;
+}
+
+void zc_ucx_set_quiet(zc_ucx_comm_t *comm)
+{
+    comm->quiet = 1;
+}
+
+int zc_ucx_peer_failed(const zc_ucx_comm_t *comm, int peer)
+{
+    return peer >= 0 && peer < comm->size && comm->peers[peer].error != ZC_OK;
 }
 
 unsigned zc_ucx_progress(zc_ucx_comm_t *comm)

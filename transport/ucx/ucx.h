@@ -323,6 +323,25 @@ zc_status_t zc_ucx_irecv_cb(zc_ucx_comm_t *comm, int peer, uint64_t tag, void *b
 unsigned zc_ucx_progress(zc_ucx_comm_t *comm);
 
 /*
+ * The number of requests of @p comm that completed successfully so far: data
+ * of the caller's moved. UCX's own traffic (keepalive, wireup) does not count,
+ * so a deadline measured from the last change is one on the caller's
+ * transfers, not on UCX's (whose keepalive makes progress every 20 s even
+ * with a stalled peer).
+ */
+uint64_t zc_ucx_completed(const zc_ucx_comm_t *comm);
+
+/*
+ * From now on, failed requests of @p comm are not logged: its user has given
+ * up on it and said why, and the peers that leave next (closing their
+ * connections) are not news. Requests still fail as before.
+ */
+void zc_ucx_set_quiet(zc_ucx_comm_t *comm);
+
+/* Whether UCX reported rank @p peer failed (its endpoint's error handler ran). */
+int zc_ucx_peer_failed(const zc_ucx_comm_t *comm, int peer);
+
+/*
  * Progresses once and returns req->status: ZC_INPROGRESS while in flight, else
  * the final status (ZC_OK, ZC_ERR_PEER, ZC_ERR_BUFFER_TOO_SMALL, ...).
  */

@@ -58,6 +58,8 @@ struct zc_ucx_comm {
     int failure_pending; /* an endpoint failed since the last progress */
     int saw_failure;     /* a peer failed or a request was abandoned: close by force */
     const char *what;    /* the caller's operation of the wait in progress, or NULL */
+    uint64_t completed;  /* requests completed successfully (zc_ucx_completed) */
+    int quiet;           /* zc_ucx_set_quiet: failures are no longer logged */
 };
 
 /* The one conversion from ucs_status_t. */

@@ -11,6 +11,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Every message the loader logs, with its level, in order. */
@@ -757,4 +758,70 @@ Test(config_parse, strings)
     char buf[64];
     zc_param_format(p, &cfg, buf, sizeof(buf));
     cr_assert_str_eq(buf, "[::1]:4000");
+}
+
+/* ---- agreement across ranks (config_agree.c) ------------------------------------------------ */
+
+Test(config, every_variable_is_agreed_or_local)
+{
+    size_t agreed = 0;
+    for (size_t i = 0; i < zc_param_count(); i++) {
+        const zc_param_desc_t *p = zc_param_at(i);
+        int a = zc_param_agreed(p);
+        cr_assert(a == 0 || a == 1,
+                  "%s is neither agreed nor local: classify it in "
+                  "common/config_agree.c",
+                  p->name);
+        agreed += (size_t)a;
+    }
+    /* every name of the agreed list is a variable (a misspelt one would never be compared) */
+    cr_assert_eq(agreed * ZC_CONFIG_AGREED_VALUE_LEN, zc_config_agreed_size());
+    cr_assert_eq(zc_param_agreed(param("ZIPCCL_CODEC")), 1);
+    cr_assert_eq(zc_param_agreed(param("ZIPCCL_MIN_BYTES")), 1);
+    cr_assert_eq(zc_param_agreed(param("ZIPCCL_TIMEOUT_S")), 0);
+    cr_assert_eq(zc_param_agreed(param("ZIPCCL_RANK")), 0);
+}
+
+/* Records of @p n ranks with default configs, rank @p odd setting @p name to @p value. */
+static char *agreed_records(int n, int odd, const char *name, const char *value)
+{
+    size_t size = zc_config_agreed_size();
+    char *all = calloc((size_t)n, size);
+    cr_assert_not_null(all);
+    for (int r = 0; r < n; r++) {
+        zc_config_t cfg;
+        zc_config_defaults(&cfg);
+        if (r == odd)
+            cr_assert_eq(zc_config_set(&cfg, name, value), ZC_OK);
+        zc_config_agreed_record(&cfg, all + (size_t)r * size);
+    }
+    return all;
+}
+
+Test(config, agreed_compare_names_the_first_difference)
+{
+    char msg[256] = "";
+    char *same = agreed_records(4, -1, NULL, NULL);
+    cr_assert_eq(zc_config_agreed_compare(same, 4, msg, sizeof(msg)), 0);
+    cr_assert_eq(zc_config_agreed_hash(same),
+                 zc_config_agreed_hash(same + zc_config_agreed_size()));
+
+    /* a local variable may differ */
+    char *local = agreed_records(4, 3, "ZIPCCL_TIMEOUT_S", "7");
+    cr_assert_eq(zc_config_agreed_compare(local, 4, msg, sizeof(msg)), 0);
+
+    char *codec = agreed_records(4, 2, "ZIPCCL_CODEC", "none");
+    cr_assert_eq(zc_config_agreed_compare(codec, 4, msg, sizeof(msg)), -1);
+    cr_assert_str_eq(msg, "ZIPCCL_CODEC differs between ranks: rank 0 has auto, rank 2 has none; "
+                          "every rank must set it alike");
+    cr_assert_neq(zc_config_agreed_hash(codec),
+                  zc_config_agreed_hash(codec + 2 * zc_config_agreed_size()));
+
+    char *bytes = agreed_records(2, 1, "ZIPCCL_MIN_BYTES", "1MiB");
+    cr_assert_eq(zc_config_agreed_compare(bytes, 2, msg, sizeof(msg)), -1);
+    cr_assert(strstr(msg, "ZIPCCL_MIN_BYTES differs") && strstr(msg, "rank 1 has 1MiB"), "%s", msg);
+    free(same);
+    free(local);
+    free(codec);
+    free(bytes);
 }

@@ -26,6 +26,7 @@ static struct {
     zc_status_t (*allreduce_key)(zc_comm_t *, const void *, void *, size_t, zc_dtype_t, zc_redop_t,
                                  uint64_t);
     zc_status_t (*comm_set_stats_file)(zc_comm_t *, const char *);
+    zc_status_t (*comm_agree_max)(zc_comm_t *, int32_t, int32_t *);
 } real;
 static int fail_armed;
 static size_t fail_count;
@@ -53,6 +54,7 @@ static void load(void)
     LOOKUP(lib, comm_destroy, "zc_comm_destroy");
     LOOKUP(lib, allreduce_key, "zc_allreduce_key");
     LOOKUP(lib, comm_set_stats_file, "zc_comm_set_stats_file");
+    LOOKUP(lib, comm_agree_max, "zc_comm_agree_max");
     const char *rank = getenv("OMPI_COMM_WORLD_RANK"), *fail_rank = getenv("ZC_TEST_FAIL_RANK"),
                *count = getenv("ZC_TEST_FAIL_COUNT");
     fail_armed = rank && fail_rank && count && strcmp(rank, fail_rank) == 0;
@@ -89,4 +91,10 @@ EXPORT zc_status_t zc_comm_set_stats_file(zc_comm_t *comm, const char *path)
 {
     pthread_once(&once, load);
     return real.comm_set_stats_file(comm, path);
+}
+
+EXPORT zc_status_t zc_comm_agree_max(zc_comm_t *comm, int32_t value, int32_t *max_p)
+{
+    pthread_once(&once, load);
+    return real.comm_agree_max(comm, value, max_p);
 }

@@ -1,0 +1,457 @@
+/*
+ * Failures every rank must see, in bounded time (docs/failures.md), through the public API
+ * and the log sink, with the tests' copy of the collectives layer (ZC_TEST_FAULT):
+ *
+ *   stall-ALGO[-slow]   rank 2 stops itself (SIGSTOP) in the middle of a run of all-reduces;
+ *                       every other rank fails within ZIPCCL_TIMEOUT_S + 2 s of the stop,
+ *                       naming rank 2. -slow: ZIPCCL_TIMEOUT_S=25, above UCX's 20 s keepalive
+ *                       (whose traffic once pushed the deadline back forever).
+ *   bad-KIND-ALGO       rank 1 sends one short, over-long or corrupt payload in call 2; every
+ *                       rank fails call 2 (or, when it had completed call 2 correctly before
+ *                       the abort reached it, call 3) within 2 s, naming rank 1, and every
+ *                       later call fails at once
+ *   config-VAR          rank 2 sets a wire setting differently; every rank's zc_comm_init
+ *                       fails at once, naming the variable
+ *   kill-named[-compressed]  rank 2 is killed mid-collective; every survivor's error names
+ *                       rank 2, and none names a survivor (and, before, zc_comm_agree_max
+ *                       agrees without counting as a call; after a failure it fails at once)
+ *
+ * ALGO: ring (raw, ZIPCCL_CODEC=none), cring (fp16 on the compressed ring), allgather and
+ * scatter (qsgd). Usage: test_failures CASE; exit 0 when the case passed.
+ */
+#include "harness.h"
+#include "rank_check.h"
+
+#include "common/compiler.h"
+#include "common/timer.h"
+
+#include <zipccl/zipccl.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define NRANKS 4
+#define VICTIM 2 /* stalled, killed or configured differently */
+#define FAULTY 1 /* sends the bad payload */
+#define BAD_CALL 2
+
+/* Mapped before the fork: what the ranks of one run tell each other. */
+typedef struct shared {
+    int root_port_taken;
+    pid_t pids[NRANKS];
+    uint64_t stop_ns; /* when the victim stopped itself (zc_time_ns: CLOCK_MONOTONIC) */
+} shared_t;
+
+static shared_t *shared;
+static zc_comm_t *comm;
+
+static double since_s(uint64_t start)
+{
+    return (double)(zc_time_ns() - start) / 1e9;
+}
+
+static int logged_has(const char *text)
+{
+    return strstr(logged, text) != NULL;
+}
+
+static int start_rank(int rank)
+{
+    my_rank = rank;
+    logged[0] = '\0';
+    shared->pids[rank] = getpid();
+    zc_log_set_sink(capture_sink, NULL);
+    zc_harness_step("zc_comm_init");
+    zc_status_t status = zc_comm_init(&comm);
+    if (status == ZC_ERR_IO && rank == 0 && logged_has("cannot listen on port"))
+        shared->root_port_taken = 1;
+    CHECK(status == ZC_OK, "zc_comm_init: %s", zc_status_string(status));
+    return 0;
+}
+
+/* zc_harness_run, again (up to 3 times) when the root's port was taken before rank 0 bound it. */
+static int run_ranks(const zc_harness_opts_t *o, zc_rank_main_fn fn, void *arg)
+{
+    int rc = -1;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        memset(shared, 0, sizeof(*shared));
+        rc = zc_harness_run(o, fn, arg);
+        if (rc == 0 || !shared->root_port_taken)
+            break;
+        fprintf(stderr, "another process took the root's port before rank 0 bound it: again\n");
+    }
+    return rc;
+}
+
+/* Input of rank @p rank: small integers, so that every sum is exact in f32. */
+static void fill(float *buf, size_t count, int rank)
+{
+    for (size_t i = 0; i < count; i++)
+        buf[i] = (float)(rank + 1 + (int)(i % 7));
+}
+
+/* A rank's input and output of @p count values, then its communicator; 0 or 1 (logged). */
+static int start_with_buffers(int rank, size_t count, float **send_p, float **recv_p)
+{
+    *send_p = malloc(count * sizeof(float));
+    *recv_p = malloc(count * sizeof(float));
+    CHECK(*send_p && *recv_p, "out of memory");
+    fill(*send_p, count, rank);
+    return start_rank(rank);
+}
+
+/* The sum of every rank's fill() within @p tolerance (absolute; 0 on the raw path: exact). */
+static int check_sum(const float *recv, size_t count, int size, double tolerance)
+{
+    for (size_t i = 0; i < count; i++) {
+        double want = size * (size + 1) / 2.0 + size * (double)(i % 7);
+        double err = recv[i] - want;
+        CHECK(err <= tolerance && -err <= tolerance, "element %zu of the result is %g, expected %g",
+              i, recv[i], want);
+    }
+    return 0;
+}
+
+typedef struct algo_env {
+    const char *name;
+    const char *codec, *algo;
+    /*
+     * The largest error of a correct result, absolute. Inputs are integers up to M = 10, sums
+     * up to 40. fp16 holds them exactly. QSGD (4 bits: s = 7 levels, max scale) errs by less
+     * than M/s per rank's value, so an allgather by N M / s = 5.7; scatter re-encodes the
+     * owner's sum (scale at most 40 + 5.7), adding 45.7 / 7 = 6.5: 12.2 in all.
+     */
+    double tolerance;
+} algo_env_t;
+
+static const algo_env_t algos[] = {
+    {"ring", "ZIPCCL_CODEC=none", "ZIPCCL_ALGO=auto", 0},
+    {"cring", "ZIPCCL_CODEC=fp16", "ZIPCCL_ALGO=ring", 0},
+    {"allgather", "ZIPCCL_CODEC=qsgd", "ZIPCCL_ALGO=allgather", 5.8},
+    {"scatter", "ZIPCCL_CODEC=qsgd", "ZIPCCL_ALGO=scatter", 12.3},
+};
+
+static const algo_env_t *find_algo(const char *name)
+{
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(algos); i++)
+        if (strcmp(algos[i].name, name) == 0)
+            return &algos[i];
+    return NULL;
+}
+
+/* ---- a stalled peer ---------------------------------------------------------------------------
+ */
+
+typedef struct stall_case {
+    const algo_env_t *algo;
+    int timeout_s;
+} stall_case_t;
+
+static void *stop_later(void *arg)
+{
+    (void)arg;
+    usleep(700 * 1000); /* well into the run of all-reduces */
+    __atomic_store_n(&shared->stop_ns, zc_time_ns(), __ATOMIC_SEQ_CST);
+    kill(getpid(), SIGSTOP); /* the whole process, as a debugger or the OOM killer's swap would */
+    return NULL;
+}
+
+static int stall_rank(int rank, int size, void *arg)
+{
+    const stall_case_t *sc = arg;
+    const size_t count = 1u << 20; /* 4 MiB per call: several chunks in flight */
+    float *send, *recv;
+    if (start_with_buffers(rank, count, &send, &recv))
+        return 1;
+    pthread_t stopper;
+    if (rank == VICTIM)
+        CHECK(pthread_create(&stopper, NULL, stop_later, NULL) == 0, "pthread_create");
+
+    zc_status_t status = ZC_OK;
+    int k;
+    uint64_t begin = zc_time_ns();
+    for (k = 0; status == ZC_OK && since_s(begin) < 3.0 * sc->timeout_s + 30; k++) {
+        zc_harness_step("allreduce %d", k);
+        status = zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM);
+    }
+    uint64_t failed_ns = zc_time_ns();
+    if (rank == VICTIM) {
+        /* resumed by a survivor: its call was aborted, or its peers are gone */
+        CHECK(status != ZC_OK, "the stalled rank's calls still succeed after it resumed");
+        pthread_join(stopper, NULL);
+        zc_comm_destroy(comm);
+        return FAILED_AS_EXPECTED;
+    }
+    uint64_t stop_ns = __atomic_load_n(&shared->stop_ns, __ATOMIC_SEQ_CST);
+    CHECK(status == ZC_ERR_TIMEOUT || status == ZC_ERR_PEER, "call %d after the stall: %s", k - 1,
+          zc_status_string(status));
+    CHECK(stop_ns != 0 && stop_ns < failed_ns, "call %d failed before rank %d stopped", k - 1,
+          VICTIM);
+    double after = (double)(failed_ns - stop_ns) / 1e9;
+    fprintf(stderr, "rank %d: failed %.2f s after rank %d stopped (ZIPCCL_TIMEOUT_S=%d)\n", rank,
+            after, VICTIM, sc->timeout_s);
+    CHECK(after < sc->timeout_s + 2.0, "failed %.1f s after the stall, ZIPCCL_TIMEOUT_S is %d",
+          after, sc->timeout_s);
+    char name[32];
+    snprintf(name, sizeof(name), "rank %d", VICTIM);
+    CHECK(logged_has("timed out") && logged_has(name),
+          "the error does not say that rank %d timed out: %s", VICTIM, logged);
+    /* later calls fail at once */
+    uint64_t t = zc_time_ns();
+    CHECK(zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM) != ZC_OK,
+          "a call after the failure succeeded");
+    CHECK(since_s(t) < 0.5, "a call after the failure took %.2f s", since_s(t));
+    kill(shared->pids[VICTIM], SIGCONT);
+    zc_comm_destroy(comm);
+    free(send);
+    free(recv);
+    return FAILED_AS_EXPECTED;
+}
+
+static int case_stall(const char *algo, int timeout_s)
+{
+    stall_case_t sc = {.algo = find_algo(algo), .timeout_s = timeout_s};
+    if (!sc.algo)
+        return -1;
+    char timeout[64];
+    snprintf(timeout, sizeof(timeout), "ZIPCCL_TIMEOUT_S=%d", timeout_s);
+    char *const env[] = {
+        (char *)sc.algo->codec,      (char *)sc.algo->algo, timeout, "ZIPCCL_MIN_BYTES=0",
+        "ZIPCCL_CHUNK_BYTES=256KiB", "ZIPCCL_QSGD_BITS=4",  NULL};
+    zc_harness_opts_t o = {.nranks = NRANKS,
+                           .deadline_s = 3.0 * timeout_s + 60,
+                           .expect_fail_mask = (1ul << NRANKS) - 1,
+                           .expect_fail_status = FAILED_AS_EXPECTED,
+                           .env = env};
+    uint64_t start = zc_time_ns();
+    int rc = run_ranks(&o, stall_rank, &sc);
+    fprintf(stderr, "stall %s, ZIPCCL_TIMEOUT_S=%d: %s in %.1f s\n", algo, timeout_s,
+            rc ? "FAILED" : "ok", since_s(start));
+    return rc != 0;
+}
+
+/* ---- a bad payload ----------------------------------------------------------------------------
+ */
+
+#define BAD_CALLS 5
+
+static int bad_rank(int rank, int size, void *arg)
+{
+    const algo_env_t *ae = arg;
+    const size_t count = 1u << 16;
+    float *send, *recv;
+    if (start_with_buffers(rank, count, &send, &recv))
+        return 1;
+    zc_status_t status[BAD_CALLS];
+    double secs[BAD_CALLS];
+    int first_failed = -1;
+    for (int k = 0; k < BAD_CALLS; k++) {
+        zc_harness_step("allreduce %d", k);
+        uint64_t t = zc_time_ns();
+        status[k] = zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM);
+        secs[k] = since_s(t);
+        if (status[k] == ZC_OK) {
+            CHECK(first_failed < 0, "call %d succeeded after call %d failed", k, first_failed);
+            /* a call that succeeded has the right result, the bad call included */
+            if (check_sum(recv, count, size, ae->tolerance))
+                return 1;
+        } else if (first_failed < 0) {
+            first_failed = k;
+        }
+    }
+    CHECK(first_failed == BAD_CALL || first_failed == BAD_CALL + 1,
+          "the first call to fail is %d; rank %d's bad payload was in call %d", first_failed,
+          FAULTY, BAD_CALL);
+    CHECK(secs[first_failed] < 2.0, "failing call %d took %.2f s", first_failed,
+          secs[first_failed]);
+    for (int k = first_failed + 1; k < BAD_CALLS; k++)
+        CHECK(secs[k] < 0.5, "call %d, after the failure, took %.2f s", k, secs[k]);
+    /* the frontends' agreement fails at once too: it is how they learn, safely, after a death */
+    int32_t any = -1;
+    uint64_t t = zc_time_ns();
+    CHECK(zc_comm_agree_max(comm, 1, &any) != ZC_OK && any == -1,
+          "zc_comm_agree_max on the broken communicator succeeded");
+    CHECK(since_s(t) < 0.5, "zc_comm_agree_max on the broken communicator took %.2f s", since_s(t));
+    char name[32];
+    snprintf(name, sizeof(name), "rank %d", FAULTY);
+    CHECK(logged_has(name), "the error does not name rank %d: %s", FAULTY, logged);
+    fprintf(stderr, "rank %d: call %d failed in %.3f s (%s)\n", rank, first_failed,
+            secs[first_failed], zc_status_string(status[first_failed]));
+    zc_comm_destroy(comm);
+    free(send);
+    free(recv);
+    return FAILED_AS_EXPECTED;
+}
+
+static int case_bad(const char *kind, const char *algo)
+{
+    const algo_env_t *ae = find_algo(algo);
+    if (!ae)
+        return -1;
+    char fault[64];
+    snprintf(fault, sizeof(fault), "ZC_TEST_FAULT=%d:%d:%s", FAULTY, BAD_CALL, kind);
+    /* the default deadline's order: a failure noticed only by a timeout would take 60 s */
+    char *const env[] = {(char *)ae->codec,     (char *)ae->algo,        fault,
+                         "ZIPCCL_TIMEOUT_S=60", "ZIPCCL_MIN_BYTES=0",    "ZIPCCL_CHUNK_BYTES=64KiB",
+                         "ZIPCCL_QSGD_BITS=4",  "ZIPCCL_QSGD_SCALE=max", NULL};
+    zc_harness_opts_t o = {.nranks = NRANKS,
+                           .deadline_s = 60,
+                           .expect_fail_mask = (1ul << NRANKS) - 1,
+                           .expect_fail_status = FAILED_AS_EXPECTED,
+                           .env = env};
+    uint64_t start = zc_time_ns();
+    int rc = run_ranks(&o, bad_rank, (void *)ae);
+    fprintf(stderr, "%s payload, %s: %s in %.1f s\n", kind, algo, rc ? "FAILED" : "ok",
+            since_s(start));
+    return rc != 0;
+}
+
+/* ---- a configuration that differs ---------------------------------------------------------------
+ */
+
+typedef struct config_case {
+    const char *variable, *common, *victims;
+} config_case_t;
+
+static int config_rank(int rank, int size, void *arg)
+{
+    const config_case_t *cc = arg;
+    my_rank = rank;
+    logged[0] = '\0';
+    zc_log_set_sink(capture_sink, NULL);
+    setenv(cc->variable, rank == VICTIM ? cc->victims : cc->common, 1);
+    zc_harness_step("zc_comm_init");
+    uint64_t t = zc_time_ns();
+    zc_status_t status = zc_comm_init(&comm);
+    if (status == ZC_ERR_IO && rank == 0 && logged_has("cannot listen on port"))
+        shared->root_port_taken = 1;
+    CHECK(status == ZC_ERR_INVALID_CONFIG, "zc_comm_init with %s=%s on rank %d: %s", cc->variable,
+          cc->victims, VICTIM, zc_status_string(status));
+    CHECK(since_s(t) < 10, "zc_comm_init took %.1f s to fail", since_s(t));
+    char want[160];
+    snprintf(want, sizeof(want), "%s differs between ranks: rank 0 has %s, rank %d has %s",
+             cc->variable, cc->common, VICTIM, cc->victims);
+    CHECK(logged_has(want), "the error does not say '%s': %s", want, logged);
+    return FAILED_AS_EXPECTED;
+}
+
+static int case_config(const char *variable, const char *common, const char *victims)
+{
+    config_case_t cc = {variable, common, victims};
+    zc_harness_opts_t o = {.nranks = NRANKS,
+                           .deadline_s = 60,
+                           .expect_fail_mask = (1ul << NRANKS) - 1,
+                           .expect_fail_status = FAILED_AS_EXPECTED};
+    int rc = run_ranks(&o, config_rank, &cc);
+    fprintf(stderr, "%s differing: %s\n", variable, rc ? "FAILED" : "ok");
+    return rc != 0;
+}
+
+/* ---- a killed rank is named
+ * ---------------------------------------------------------------------- */
+
+static int kill_rank(int rank, int size, void *arg)
+{
+    const size_t count = 4u << 20;
+    float *send, *recv;
+    if (start_with_buffers(rank, count, &send, &recv))
+        return 1;
+    /* zc_comm_agree_max on a healthy communicator: the maximum, not counted as a call */
+    int32_t max = -1;
+    zc_stats_t st;
+    CHECK(zc_comm_agree_max(comm, rank * 10, &max) == ZC_OK && max == (size - 1) * 10,
+          "zc_comm_agree_max of rank * 10 gave %d", (int)max);
+    CHECK(zc_comm_stats(comm, &st) == ZC_OK && st.calls == 0,
+          "zc_comm_agree_max counted as %llu all-reduce calls", (unsigned long long)st.calls);
+    zc_status_t status = ZC_OK;
+    double last_s = 0;
+    uint64_t begin = zc_time_ns();
+    for (int k = 0; status == ZC_OK && since_s(begin) < 50; k++) {
+        zc_harness_step("allreduce %d", k);
+        uint64_t t = zc_time_ns();
+        status = zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM);
+        last_s = since_s(t);
+    }
+    CHECK(status == ZC_ERR_PEER, "the call rank %d died in: %s", VICTIM, zc_status_string(status));
+    /* the peer error (UCX) ends it, not the deadline (60 s) */
+    CHECK(last_s < 10, "the failing call took %.1f s", last_s);
+    char dead[32], alive[32];
+    snprintf(dead, sizeof(dead), "rank %d", VICTIM);
+    CHECK(logged_has(dead), "the error does not name rank %d: %s", VICTIM, logged);
+    for (int r = 0; r < size; r++) {
+        if (r == VICTIM)
+            continue;
+        snprintf(alive, sizeof(alive), "lost rank %d", r);
+        CHECK(!logged_has(alive), "the error blames rank %d, alive: %s", r, logged);
+        snprintf(alive, sizeof(alive), "peer %d failed", r);
+        CHECK(!logged_has(alive), "the error blames rank %d, alive: %s", r, logged);
+    }
+    zc_comm_destroy(comm);
+    free(send);
+    free(recv);
+    return FAILED_AS_EXPECTED;
+}
+
+static int case_kill(const char *algo)
+{
+    const algo_env_t *ae = find_algo(algo);
+    if (!ae)
+        return -1;
+    char *const env[] = {(char *)ae->codec, (char *)ae->algo, "ZIPCCL_TIMEOUT_S=60",
+                         "ZIPCCL_MIN_BYTES=0", NULL};
+    zc_harness_opts_t o = {.nranks = NRANKS,
+                           .deadline_s = 90,
+                           .kill_rank = VICTIM,
+                           .kill_at_step = "allreduce 2",
+                           .kill_after_s = 0.05,
+                           .expect_fail_mask = ((1ul << NRANKS) - 1) & ~(1ul << VICTIM),
+                           .expect_fail_status = FAILED_AS_EXPECTED,
+                           .env = env};
+    int rc = run_ranks(&o, kill_rank, NULL);
+    fprintf(stderr, "rank %d killed, %s: %s\n", VICTIM, algo, rc ? "FAILED" : "ok");
+    return rc != 0;
+}
+
+static int run_case(const char *name)
+{
+    char algo[32], kind[32];
+
+    if (sscanf(name, "stall-%31[a-z]", algo) == 1) {
+        int slow = strstr(name, "-slow") != NULL;
+        return case_stall(algo, slow ? 25 : 5);
+    }
+    if (sscanf(name, "bad-%31[a-z]-%31[a-z]", kind, algo) == 2)
+        return case_bad(kind, algo);
+    if (strcmp(name, "config-codec") == 0)
+        return case_config("ZIPCCL_CODEC", "qsgd", "none");
+    if (strcmp(name, "config-min-bytes") == 0)
+        return case_config("ZIPCCL_MIN_BYTES", "64KiB", "1MiB");
+    if (strcmp(name, "kill-named") == 0)
+        return case_kill("ring");
+    if (strcmp(name, "kill-named-compressed") == 0)
+        return case_kill("scatter");
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *name = argc > 1 ? argv[1] : "";
+    shared = mmap(NULL, sizeof(*shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    int rc = run_case(name);
+    if (rc < 0) {
+        fprintf(stderr, "usage: %s CASE (unknown case '%s')\n", argv[0], name);
+        return 2;
+    }
+    fprintf(stderr, "%s: %s\n", name, rc ? "FAILED" : "passed");
+    return rc ? 1 : 0;
+}
