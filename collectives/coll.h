@@ -130,6 +130,9 @@ struct zc_comm {
     zc_status_t broken;        /* the first failure's status: later calls fail fast with it */
     char broken_why[256];      /* "rank 1 failed allreduce #3: ..." (the first failure, any rank) */
     zc_coll_abort_t *abort_in; /* [size]: one posted receive per peer */
+    unsigned char *abort_got;  /* [size]: abort_in[r] arrived and parses */
+    uint64_t broken_ns;        /* when the first abort arrived */
+    int stall_settled;         /* broken_why names the stalled rank the aborts point at */
     zc_coll_abort_t *abort_out; /* what this rank sent, once it failed */
     zc_ucx_req_t *abort_reqs;   /* [size] receives, then [size] sends */
     int abort_sent;

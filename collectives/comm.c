@@ -145,6 +145,7 @@ static void comm_free(zc_comm_t *comm)
     free(comm->abort_in);
     free(comm->abort_out);
     free(comm->abort_reqs);
+    free(comm->abort_got);
     for (size_t i = 0; i < comm->graveyard_len; i++)
         free(comm->graveyard[i]);
     free(comm->graveyard);

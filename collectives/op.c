@@ -64,6 +64,15 @@ struct zc_coll_abort {
  * would otherwise blame the wrong peer.
  */
 #define PEER_GRACE_NS 250000000ull
+/*
+ * How long a rank gathers the other ranks' aborts after a timeout (its own or
+ * a peer's) before it names the stalled rank. Behind a stalled rank every
+ * survivor waits for its neighbour and times out within about one pipeline
+ * step of the others; each blames the rank it waits for, and only the one
+ * behind the stalled rank is right. The stalled rank is the one blamed that
+ * sends no abort (stall_settle).
+ */
+#define STALL_GRACE_NS 500000000ull
 
 /* One sampled call in this many measures the codec's error, when statistics are on. */
 #define ERROR_SAMPLE_PERIOD 16
@@ -381,8 +390,13 @@ static void abort_arrived(zc_ucx_req_t *req, void *arg)
     int peer = req->peer;
     const zc_coll_abort_t *a = &comm->abort_in[peer];
 
-    if (req->status != ZC_OK || comm->broken)
+    if (req->status != ZC_OK)
         return; /* a dead peer's receive fails: the op in flight learns it from its own */
+    if (req->length == sizeof(*a) && a->magic == ABORT_MAGIC)
+        comm->abort_got[peer] = 1; /* stall_settle reads every one */
+    if (comm->broken)
+        return;
+    comm->broken_ns = zc_time_ns();
     if (req->length != sizeof(*a) || a->magic != ABORT_MAGIC) {
         snprintf(comm->broken_why, sizeof(comm->broken_why),
                  "rank %d sent an abort of %zu bytes that does not parse", peer, req->length);
@@ -402,7 +416,8 @@ zc_status_t zc_coll_abort_init(zc_comm_t *comm)
     comm->abort_in = calloc(n, sizeof(*comm->abort_in));
     comm->abort_out = calloc(1, sizeof(*comm->abort_out));
     comm->abort_reqs = calloc(2 * n, sizeof(*comm->abort_reqs));
-    if (!comm->abort_in || !comm->abort_out || !comm->abort_reqs) {
+    comm->abort_got = calloc(n, 1);
+    if (!comm->abort_in || !comm->abort_out || !comm->abort_reqs || !comm->abort_got) {
         ZC_ERROR("zc_comm_init: no memory for the abort messages of %d ranks", comm->size);
         return ZC_ERR_NO_MEMORY;
     }
@@ -583,6 +598,45 @@ static void log_broken(const zc_coll_op_t *op)
 }
 
 /*
+ * After a timeout: the aborts that arrived (and this rank's own) say who
+ * waited for whom. The stalled rank is one that is blamed for a timeout and
+ * sent no abort itself; of several such, the lowest (then the lowest blamer),
+ * so that every rank that holds the same aborts names the same. Its blamer's
+ * text becomes broken_why. Nothing changes when no abort points at such a rank.
+ */
+static void stall_settle(zc_comm_t *comm)
+{
+    const zc_coll_abort_t *best = NULL;
+
+    comm->stall_settled = 1;
+    for (int r = 0; r < comm->size; r++) {
+        const zc_coll_abort_t *a = r == comm->rank
+                                       ? (comm->abort_sent ? comm->abort_out : NULL)
+                                       : (comm->abort_got[r] ? &comm->abort_in[r] : NULL);
+        if (!a || a->status != ZC_ERR_TIMEOUT || a->culprit < 0 || a->culprit >= comm->size)
+            continue;
+        int c = a->culprit;
+        int reported = c == comm->rank ? comm->abort_sent : comm->abort_got[c];
+        if (reported)
+            continue;
+        if (!best || c < best->culprit || (c == best->culprit && a->origin < best->origin))
+            best = a;
+    }
+    if (best)
+        snprintf(comm->broken_why, sizeof(comm->broken_why), "%.*s", (int)sizeof(best->why) - 1,
+                 best->why);
+}
+
+/* Listens until @p until for the other ranks' aborts, then names the stalled rank. */
+static void stall_gather(zc_comm_t *comm, uint64_t until)
+{
+    while (zc_time_ns() < until)
+        if (!zc_ucx_progress(comm->ucx))
+            sched_yield();
+    stall_settle(comm);
+}
+
+/*
  * The final status of @p op, which failed here with @p status. Any failure but
  * a disagreement on the call header (every rank compared every header: all saw
  * it) may leave peers waiting for data of this op: the communicator breaks and
@@ -611,6 +665,13 @@ static zc_status_t failure_settle(zc_coll_op_t *op, zc_status_t status)
                 op->culprit = r;
     }
     abort_send(op, status);
+    if (status == ZC_ERR_TIMEOUT) {
+        char mine[sizeof(comm->broken_why)];
+        memcpy(mine, comm->broken_why, sizeof(mine));
+        stall_gather(comm, zc_time_ns() + STALL_GRACE_NS);
+        if (strcmp(mine, comm->broken_why) != 0)
+            log_broken(op); /* a rank further along the waits saw the stalled one */
+    }
     return status;
 }
 
@@ -660,6 +721,8 @@ static zc_status_t op_advance(zc_coll_op_t *op)
     }
     if (comm->broken && op->phase < PHASE_AGREED_FAIL) {
         /* failed earlier here, or a peer's abort arrived: this op cannot complete */
+        if (comm->broken == ZC_ERR_TIMEOUT && !comm->stall_settled)
+            stall_gather(comm, comm->broken_ns + STALL_GRACE_NS);
         log_broken(op);
         op_finish(op, comm->broken);
         return op->status;
