@@ -15,7 +15,9 @@
 extern char **environ;
 
 static const zc_param_desc_t params[] = {
-#define ZC_PARAM(kind, field, suffix, def, min, max, choices, doc)                                 \
+#define ZC_PARAM_SCOPE_AGREED 1
+#define ZC_PARAM_SCOPE_LOCAL 0
+#define ZC_PARAM(kind, scope, field, suffix, def, min, max, choices, doc)                          \
     {ZC_PARAM_KIND_##kind,                                                                         \
      ZC_CONFIG_PREFIX suffix,                                                                      \
      offsetof(zc_config_t, field),                                                                 \
@@ -23,6 +25,7 @@ static const zc_param_desc_t params[] = {
      min,                                                                                          \
      max,                                                                                          \
      choices,                                                                                      \
+     ZC_PARAM_SCOPE_##scope,                                                                       \
      doc},
 #include "common/params.def"
 #undef ZC_PARAM

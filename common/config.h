@@ -38,7 +38,8 @@ typedef enum zc_param_kind {
 #define ZC_PARAM_CTYPE_STRING const char *
 
 typedef struct zc_config {
-#define ZC_PARAM(kind, field, suffix, def, min, max, choices, doc) ZC_PARAM_CTYPE_##kind field;
+#define ZC_PARAM(kind, scope, field, suffix, def, min, max, choices, doc)                          \
+    ZC_PARAM_CTYPE_##kind field;
 #include "common/params.def"
 #undef ZC_PARAM
 } zc_config_t;
@@ -50,6 +51,7 @@ typedef struct zc_param_desc {
     const char *def;  /* default, as text */
     int64_t min, max;
     const char *choices; /* ENUM: comma-separated names, with a trailing comma */
+    int agreed;          /* scope AGREED: every rank must set it alike */
     const char *doc;
 } zc_param_desc_t;
 
@@ -123,8 +125,8 @@ void zc_param_range(const zc_param_desc_t *param, char *buf, size_t len);
  * compare them at creation and fail on every rank, naming the first variable
  * that differs.
  *
- * zc_param_agreed: 1 when @p param must be the same on every rank, 0 when it
- * may differ, -1 when it is in neither list (a bug the unit test catches).
+ * Which variables are agreed is params.def's scope column (zc_param_desc_t's
+ * agreed).
  * zc_config_agreed_record writes the agreed values of @p cfg as text into
  * @p record (zc_config_agreed_size() bytes, ZC_CONFIG_AGREED_VALUE_LEN per
  * variable, zero-padded: records compare bytewise); zc_config_agreed_hash is
@@ -135,7 +137,6 @@ void zc_param_range(const zc_param_desc_t *param, char *buf, size_t len);
  * the same records).
  */
 #define ZC_CONFIG_AGREED_VALUE_LEN 32
-int zc_param_agreed(const zc_param_desc_t *param);
 size_t zc_config_agreed_size(void);
 void zc_config_agreed_record(const zc_config_t *cfg, void *record);
 uint64_t zc_config_agreed_hash(const void *record);

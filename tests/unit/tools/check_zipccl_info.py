@@ -37,7 +37,7 @@ def run(info, args=(), extra_env=None):
 def param_names(path):
     with open(path, encoding='utf-8') as f:
         text = f.read()
-    names = ['ZIPCCL_' + s for s in re.findall(r'^\s*ZC_PARAM\(\s*\w+\s*,\s*\w+\s*,\s*"(\w+)"',
+    names = ['ZIPCCL_' + s for s in re.findall(r'^\s*ZC_PARAM\(\s*\w+\s*,\s*(?:AGREED|LOCAL)\s*,\s*\w+\s*,\s*"(\w+)"',
                                                    text, flags=re.M)]
     if not names:
         sys.exit(f'{path}: no ZC_PARAM entries found')
