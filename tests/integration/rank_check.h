@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* A rank's exit status for "failed as the test expects". */
 #define FAILED_AS_EXPECTED 3
@@ -36,6 +37,31 @@ static void capture_sink(void *arg, zc_log_level_t level, const char *file, int 
     size_t used = strlen(logged);
     snprintf(logged + used, sizeof(logged) - used, "%s\n", msg);
     fprintf(stderr, "rank %d: %s: %s\n", my_rank, zc_log_level_name(level), msg);
+}
+
+/* @p len zeroed bytes shared with the processes forked after this, or NULL (reported). */
+static inline void *shared_map(size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        return NULL;
+    }
+    return p;
+}
+
+/* The main of a program whose argument names one case: runs it (-1: no such case), says how it
+ * went. */
+static inline int case_main(int argc, char **argv, int (*run_case)(const char *name))
+{
+    const char *name = argc > 1 ? argv[1] : "";
+    int rc = run_case(name);
+    if (rc < 0) {
+        fprintf(stderr, "usage: %s CASE (unknown case '%s')\n", argv[0], name);
+        return 2;
+    }
+    fprintf(stderr, "%s: %s\n", name, rc ? "FAILED" : "passed");
+    return rc ? 1 : 0;
 }
 
 #endif

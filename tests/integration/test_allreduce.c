@@ -1897,18 +1897,6 @@ static int run_case(const char *name)
 
 int main(int argc, char **argv)
 {
-    const char *name = argc > 1 ? argv[1] : "";
-    root_port_taken =
-        mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (root_port_taken == MAP_FAILED) {
-        perror("mmap");
-        return 1;
-    }
-    int rc = run_case(name);
-    if (rc < 0) {
-        fprintf(stderr, "usage: %s CASE (unknown case '%s')\n", argv[0], name);
-        return 2;
-    }
-    fprintf(stderr, "%s: %s\n", name, rc ? "FAILED" : "passed");
-    return rc ? 1 : 0;
+    root_port_taken = shared_map(sizeof(int));
+    return root_port_taken ? case_main(argc, argv, run_case) : 1;
 }

@@ -441,17 +441,6 @@ static int run_case(const char *name)
 
 int main(int argc, char **argv)
 {
-    const char *name = argc > 1 ? argv[1] : "";
-    shared = mmap(NULL, sizeof(*shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (shared == MAP_FAILED) {
-        perror("mmap");
-        return 1;
-    }
-    int rc = run_case(name);
-    if (rc < 0) {
-        fprintf(stderr, "usage: %s CASE (unknown case '%s')\n", argv[0], name);
-        return 2;
-    }
-    fprintf(stderr, "%s: %s\n", name, rc ? "FAILED" : "passed");
-    return rc ? 1 : 0;
+    shared = shared_map(sizeof(*shared));
+    return shared ? case_main(argc, argv, run_case) : 1;
 }
