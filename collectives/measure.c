@@ -314,6 +314,48 @@ zc_status_t zc_policy_measure(zc_policy_t *pol, uint64_t seed, zc_bootstrap_t *b
     return ZC_OK;
 }
 
+/*
+ * The inputs of an auto configuration: rank 0's ZIPCCL_POLICY_FILE when it
+ * holds them, else measured (and saved there by rank 0). Rank 0 tells every
+ * rank what it read, or why it failed, so all take the same branch whatever
+ * their own setting.
+ */
+static zc_status_t policy_inputs(zc_policy_t *pol, const zc_config_t *cfg, zc_bootstrap_t *bs,
+                                 zc_ucx_comm_t *ucx)
+{
+    const char *path = cfg->policy_file;
+    struct {
+        zc_policy_inputs_t in;
+        int64_t status, loaded;
+    } file;
+
+    memset(&file, 0, sizeof(file));
+    if (bs->rank == 0 && path[0] != '\0') {
+        int loaded = 0;
+        file.in = pol->in;
+        file.status = zc_policy_file_load(pol, path, &file.in, &loaded);
+        file.loaded = loaded;
+    }
+    ZC_CHECK(zc_bootstrap_broadcast(bs, &file, sizeof(file), 0));
+    if (file.status < 0) {
+        if (bs->rank != 0)
+            ZC_ERROR("policy: rank 0 cannot use its ZIPCCL_POLICY_FILE (%s)",
+                     zc_status_string((zc_status_t)file.status));
+        return (zc_status_t)file.status;
+    }
+    if (file.loaded) {
+        pol->in = file.in;
+        pol->measured = 1;
+        if (bs->rank == 0)
+            ZC_INFO("policy: inputs read from ZIPCCL_POLICY_FILE=%s", path);
+        return ZC_OK;
+    }
+    ZC_CHECK(zc_policy_measure(pol, (uint64_t)cfg->seed, bs, ucx));
+    if (bs->rank == 0 && path[0] != '\0' && zc_policy_file_save(pol, path) == ZC_OK)
+        ZC_INFO("policy: inputs measured and written to ZIPCCL_POLICY_FILE=%s", path);
+    return ZC_OK;
+}
+
 zc_status_t zc_policy_init(zc_policy_t *pol, const zc_config_t *cfg, zc_bootstrap_t *bs,
                            zc_ucx_comm_t *ucx)
 {
@@ -323,7 +365,7 @@ zc_status_t zc_policy_init(zc_policy_t *pol, const zc_config_t *cfg, zc_bootstra
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_policy_configure(&p, cfg, zc_ucx_comm_size(ucx)));
     if (zc_policy_needs_measurement(&p)) {
-        ZC_CHECK(zc_policy_measure(&p, (uint64_t)cfg->seed, bs, ucx));
+        ZC_CHECK(policy_inputs(&p, cfg, bs, ucx));
         if (p.codec_cfg == ZC_CODEC_GRADIVEQ && p.params[ZC_CODEC_GRADIVEQ].gradiveq.dim == 0 &&
             bs->rank == 0)
             ZC_WARN("policy: ZIPCCL_CODEC=gradiveq learns its dimension from the gradients "

@@ -88,11 +88,29 @@ zc_status_t zc_policy_measure(zc_policy_t *pol, uint64_t seed, zc_bootstrap_t *b
                               zc_ucx_comm_t *ucx);
 
 /*
- * zc_policy_configure for @p ucx's ranks, then zc_policy_measure when
- * ZIPCCL_CODEC or ZIPCCL_ALGO is auto; logs the inputs at info level.
+ * zc_policy_configure for @p ucx's ranks; then, when ZIPCCL_CODEC or
+ * ZIPCCL_ALGO is auto, the inputs from rank 0's ZIPCCL_POLICY_FILE if it
+ * holds this configuration's, else zc_policy_measure (saved to that file when
+ * set); logs the inputs at info level. Errors: zc_policy_measure's, and
+ * ZC_ERR_INVALID_CONFIG / ZC_ERR_IO for a policy file that is not one, is
+ * damaged or cannot be read (on every rank).
  */
 zc_status_t zc_policy_init(zc_policy_t *pol, const zc_config_t *cfg, zc_bootstrap_t *bs,
                            zc_ucx_comm_t *ucx);
+
+/* policy_file.c: the measured inputs kept in ZIPCCL_POLICY_FILE, on rank 0 */
+
+/*
+ * Reads @p path into @p in when it holds the inputs of @p pol's configuration
+ * (*@p loaded_p = 1). A missing file, or one of another configuration
+ * (warned), leaves @p in alone with *@p loaded_p = 0. Errors:
+ * ZC_ERR_INVALID_CONFIG (not a policy file, or damaged), ZC_ERR_IO.
+ */
+zc_status_t zc_policy_file_load(const zc_policy_t *pol, const char *path, zc_policy_inputs_t *in,
+                                int *loaded_p);
+
+/* Writes @p pol's inputs to @p path (replaced whole). Errors: ZC_ERR_IO (warned). */
+zc_status_t zc_policy_file_save(const zc_policy_t *pol, const char *path);
 
 /* The path of one call. Never fails: ineligible calls get ZC_ALGO_RAW_RING. */
 zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t op);

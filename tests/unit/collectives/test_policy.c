@@ -15,8 +15,10 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void setup(void)
 {
@@ -807,4 +809,155 @@ Test(policy_init, invalid_gradiveq_parameters_fail)
     cr_assert(msg && strstr(msg, "ZIPCCL_GRADIVEQ_DIM=32") &&
                   strstr(msg, "ZIPCCL_GRADIVEQ_SLICE=16"),
               "%s", msg ? msg : "(no error logged)");
+}
+
+/* ---- ZIPCCL_POLICY_FILE ---- */
+
+/* A fresh policy file path (nothing there) and its ZIPCCL_POLICY_FILE=... setting. */
+static void policy_file(char *path, size_t len, char *var, size_t var_len)
+{
+    static unsigned serial;
+    snprintf(path, len, "/tmp/zc_test_policy_%ld_%u", (long)getpid(), serial++);
+    unlink(path);
+    snprintf(var, var_len, "ZIPCCL_POLICY_FILE=%s", path);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The file's text into @p buf ("" when there is none). */
+static void read_file(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, len - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+static init_arg_t file_a, file_b; /* large: off the stack */
+
+Test(policy_init, policy_file_is_written_then_read_back_exactly)
+{
+    char path[96], var[128], text[1024];
+    policy_file(path, sizeof(path), var, sizeof(var));
+    char *env[] = {"ZIPCCL_CODEC=auto", var, NULL};
+
+    run_init(2, env, &file_a);
+    assert_agreed(&file_a, 2);
+    cr_assert_eq(captured(ZC_LOG_INFO, "written to ZIPCCL_POLICY_FILE"), 1, "by rank 0 only");
+    read_file(path, text, sizeof(text));
+    const char *head = "zipccl policy inputs 1\nranks 2\ncodec qsgd ";
+    cr_assert(strncmp(text, head, strlen(head)) == 0, "%s", text);
+    cr_assert(strstr(text, "\ncodec bf16 ") && strstr(text, "\nlink_bw 0x"), "%s", text);
+
+    capture_start(ZC_LOG_INFO);
+    run_init(2, env, &file_b);
+    assert_agreed(&file_b, 2);
+    cr_assert_eq(captured(ZC_LOG_INFO, "read from ZIPCCL_POLICY_FILE"), 1);
+    cr_assert_eq(captured(ZC_LOG_INFO, "written to"), 0, "a file that was read is left alone");
+    /* the second run decides from the first run's numbers, bit for bit */
+    cr_assert_eq(memcmp(&file_a.pol[0].in, &file_b.pol[0].in, sizeof(file_a.pol[0].in)), 0);
+    for (size_t n = 1 << 10; n <= (size_t)1 << 28; n <<= 1) {
+        zc_path_t p = zc_policy_choose(&file_a.pol[0], n, ZC_DTYPE_F32, ZC_OP_SUM);
+        zc_path_t q = zc_policy_choose(&file_b.pol[1], n, ZC_DTYPE_F32, ZC_OP_SUM);
+        cr_assert_eq(memcmp(&p, &q, sizeof(p)), 0, "%zu values", n);
+    }
+    unlink(path);
+}
+
+Test(policy_init, policy_file_of_another_configuration_is_replaced)
+{
+    char path[96], var[128], text[1024];
+    policy_file(path, sizeof(path), var, sizeof(var));
+    char *two_bits[] = {"ZIPCCL_CODEC=qsgd", "ZIPCCL_QSGD_BITS=2", var, NULL};
+    char *four_bits[] = {"ZIPCCL_CODEC=qsgd", "ZIPCCL_QSGD_BITS=4", var, NULL};
+
+    run_init(2, two_bits, &file_a);
+    assert_agreed(&file_a, 2);
+    /* other codec parameters: the numbers (the ratio at least) are not this configuration's */
+    capture_start(ZC_LOG_INFO);
+    run_init(2, four_bits, &file_b);
+    assert_agreed(&file_b, 2);
+    cr_assert_eq(captured(ZC_LOG_WARN, "another configuration"), 1);
+    cr_assert_eq(captured(ZC_LOG_INFO, "written to ZIPCCL_POLICY_FILE"), 1);
+    cr_assert(file_b.pol[0].in.ratio[ZC_CODEC_QSGD] > file_a.pol[0].in.ratio[ZC_CODEC_QSGD]);
+    /* another rank count likewise */
+    capture_start(ZC_LOG_INFO);
+    run_init(3, four_bits, &file_a);
+    assert_agreed(&file_a, 3);
+    cr_assert_eq(captured(ZC_LOG_WARN, "another configuration"), 1);
+    read_file(path, text, sizeof(text));
+    cr_assert(strstr(text, "\nranks 3\n"), "%s", text);
+    unlink(path);
+}
+
+Test(policy_init, a_file_that_is_not_a_policy_file_fails_every_rank_and_stays)
+{
+    char path[96], var[128], text[256];
+    policy_file(path, sizeof(path), var, sizeof(var));
+    char *env[] = {"ZIPCCL_CODEC=auto", var, NULL};
+
+    write_file(path, "my training notes\n");
+    run_init(2, env, &file_a);
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(file_a.status[r], ZC_ERR_INVALID_CONFIG, "rank %d: %s", r,
+                     zc_status_string(file_a.status[r]));
+    cr_assert_eq(captured(ZC_LOG_ERROR, "is not a zipccl policy file"), 1);
+    read_file(path, text, sizeof(text));
+    cr_assert_str_eq(text, "my training notes\n");
+    unlink(path);
+}
+
+Test(policy_init, a_damaged_policy_file_fails_every_rank)
+{
+    char path[96], var[128], text[1024], bad[1100];
+    policy_file(path, sizeof(path), var, sizeof(var));
+    char *env[] = {"ZIPCCL_CODEC=qsgd", var, NULL};
+
+    run_init(2, env, &file_a);
+    assert_agreed(&file_a, 2);
+    read_file(path, text, sizeof(text));
+    char *link = strstr(text, "link_bw "), *lat = strstr(text, "link_lat ");
+    cr_assert(link && lat);
+    /* the file cut before the codec's line; a rate that is not a positive number */
+    const char *cut = strstr(text, "add_bw");
+    snprintf(bad, sizeof(bad), "%.*s", (int)(cut - text), text);
+    for (int i = 0; i < 2; i++) {
+        if (i == 1)
+            snprintf(bad, sizeof(bad), "%.*slink_bw -0x1p+30\n%s", (int)(link - text), text, lat);
+        write_file(path, bad);
+        capture_start(ZC_LOG_INFO);
+        run_init(2, env, &file_b);
+        for (int r = 0; r < 2; r++)
+            cr_assert_eq(file_b.status[r], ZC_ERR_INVALID_CONFIG, "case %d, rank %d", i, r);
+        cr_assert_eq(captured(ZC_LOG_ERROR, "is damaged"), 1, "case %d", i);
+    }
+    unlink(path);
+}
+
+Test(policy_init, an_unwritable_policy_file_only_warns)
+{
+    char *env[] = {"ZIPCCL_CODEC=auto", "ZIPCCL_POLICY_FILE=/nonexistent-zipccl-dir/policy", NULL};
+
+    run_init(2, env, &file_a);
+    assert_agreed(&file_a, 2);
+    cr_assert_eq(captured(ZC_LOG_WARN, "cannot write ZIPCCL_POLICY_FILE"), 1);
+}
+
+Test(policy_init, a_fixed_configuration_leaves_the_policy_file_alone)
+{
+    char path[96], var[128];
+    policy_file(path, sizeof(path), var, sizeof(var));
+    char *env[] = {"ZIPCCL_CODEC=qsgd", "ZIPCCL_ALGO=allgather", var, NULL};
+
+    run_init(2, env, &file_a);
+    cr_assert_eq(file_a.status[0], ZC_OK);
+    cr_assert_eq(file_a.pol[0].measured, 0);
+    cr_assert_eq(access(path, F_OK), -1, "nothing to keep: nothing measured");
 }
