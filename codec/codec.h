@@ -25,11 +25,13 @@
 struct zc_codec_state {
     zc_codec_params_t params;
     uint64_t count;
-    float *residual; /* count values when error feedback is on, else NULL */
-    void *priv;      /* the codec's own, from ops->state_init */
+    float *residual;     /* count values when error feedback is on, else NULL */
+    void *priv;          /* the codec's own, from ops->state_init */
+    uint64_t oob_values; /* values sent out of band by encodes with this state, in total */
 };
 
 struct zc_config;
+struct zc_oob;
 
 /*
  * One field of a codec's parameters (its sub-struct of zc_codec_params_t).
@@ -63,6 +65,15 @@ typedef struct zc_codec_ops {
     const char *name;
     zc_codec_id_t id;
     unsigned caps; /* ZC_CODEC_CAP_*; LINEAR exactly when reduce is set */
+    /*
+     * Input values v with !(|v| < oob_limit) (NaN, infinities, magnitudes the
+     * body cannot carry) are sent out of band, exactly (oob.h); the codec sees
+     * 0 there. 0: the body carries every value itself (none).
+     */
+    float oob_limit;
+    /* Non-zero: NaN and infinities stay in the body (which carries them exactly); only finite
+     * values past oob_limit go out of band. */
+    int oob_finite_only;
 
     /* The codec's parameter fields. NULL/0: it has none. */
     const zc_codec_field_t *fields;
@@ -122,6 +133,15 @@ typedef struct zc_codec_ops {
     /* Linear codecs: body a + body b into dst (which may alias a or b). NULL: not linear. */
     zc_status_t (*reduce)(zc_codec_state_t *state, const uint8_t *a, size_t alen, const uint8_t *b,
                           size_t blen, uint64_t count, uint8_t *dst, size_t cap, size_t *len_p);
+    /*
+     * reduce for a body narrower than f32 (fp16, bf16): where the two values'
+     * sum is finite in f32 but not in the body's format, writes 0 in the body
+     * and appends the f32 sum to @p spill (oob.h), in position order, so that
+     * no finite sum overflows. Used in place of reduce when set.
+     */
+    zc_status_t (*reduce_spill)(zc_codec_state_t *state, const uint8_t *a, size_t alen,
+                                const uint8_t *b, size_t blen, uint64_t count, uint8_t *dst,
+                                size_t cap, size_t *len_p, struct zc_oob *spill);
     /* Codec-owned state: set state->priv. NULL: the codec has none. */
     zc_status_t (*state_init)(zc_codec_state_t *state);
     void (*state_fini)(zc_codec_state_t *state);

@@ -18,10 +18,12 @@
  * (common/half_kernels.h): the raw path's f16/bf16 sums use them too.
  */
 #include "codec/codec.h"
+#include "codec/oob.h"
 #include "common/half_kernels.h"
 #include "common/compiler.h"
 #include "common/half.h"
 
+#include <math.h>
 #include <string.h>
 
 /* f16 input to the bf16 codec (and the reverse) is widened in blocks of this many values. */
@@ -112,6 +114,64 @@ static zc_status_t half_reduce_as(zc_half_format_t format, const uint8_t *a, siz
     return ZC_OK;
 }
 
+/*
+ * half_reduce_as, a block at a time through a scratch block (dst may alias a
+ * or b, whose values the spill needs): a sum that rounds to an infinity
+ * while neither value is one leaves 0 in the body and its f32 sum in @p spill.
+ */
+static zc_status_t half_reduce_spill_as(zc_half_format_t format, const uint8_t *a, size_t alen,
+                                        const uint8_t *b, size_t blen, uint64_t count, uint8_t *dst,
+                                        size_t cap, size_t *len_p, struct zc_oob *spill)
+{
+    const zc_half_kernels_t *k = zc_half_kernels(format);
+    const uint16_t inf = format == ZC_HALF_BF16 ? 0x7f80u : 0x7c00u;
+    uint8_t tmp[2 * HALF_CROSS_BLOCK];
+
+    if (!body_len_ok(alen, count) || !body_len_ok(blen, count))
+        return ZC_ERR_CORRUPT;
+    if (cap < alen)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    for (size_t i = 0; i < (size_t)count; i += HALF_CROSS_BLOCK) {
+        size_t m = ZC_MIN((size_t)count - i, (size_t)HALF_CROSS_BLOCK);
+        k->reduce(a + 2 * i, b + 2 * i, m, tmp);
+        uint16_t top = 0; /* largest magnitude bits: >= inf only where an infinity or NaN is */
+        for (size_t j = 0; j < m; j++) {
+            uint16_t h = (uint16_t)(zc_half_load_le16(tmp + 2 * j) & 0x7fffu);
+            top = h > top ? h : top;
+        }
+        for (size_t j = 0; top >= inf && j < m; j++) {
+            uint16_t ha = zc_half_load_le16(a + 2 * (i + j)),
+                     hb = zc_half_load_le16(b + 2 * (i + j));
+            uint16_t h = zc_half_load_le16(tmp + 2 * j);
+            if ((h & 0x7fffu) != inf || (ha & 0x7fffu) >= inf || (hb & 0x7fffu) >= inf)
+                continue;
+            float fa = format == ZC_HALF_BF16 ? zc_bf16_to_f32(ha) : zc_f16_to_f32(ha);
+            float fb = format == ZC_HALF_BF16 ? zc_bf16_to_f32(hb) : zc_f16_to_f32(hb);
+            if (!isfinite(fa + fb))
+                continue; /* past f32's range too: the infinity is the sum */
+            ZC_CHECK(zc_oob_push(spill, i + j, fa + fb));
+            zc_half_store_le16(tmp + 2 * j, 0);
+        }
+        memcpy(dst + 2 * i, tmp, 2 * m);
+    }
+    *len_p = alen;
+    return ZC_OK;
+}
+
+static zc_status_t f16_reduce_spill(zc_codec_state_t *state, const uint8_t *a, size_t alen,
+                                    const uint8_t *b, size_t blen, uint64_t count, uint8_t *dst,
+                                    size_t cap, size_t *len_p, struct zc_oob *spill)
+{
+    return half_reduce_spill_as(ZC_HALF_F16, a, alen, b, blen, count, dst, cap, len_p, spill);
+}
+
+static zc_status_t bf16_reduce_spill(zc_codec_state_t *state, const uint8_t *a, size_t alen,
+                                     const uint8_t *b, size_t blen, uint64_t count, uint8_t *dst,
+                                     size_t cap, size_t *len_p, struct zc_oob *spill)
+{
+    return half_reduce_spill_as(ZC_HALF_BF16, a, alen, b, blen, count, dst, cap, len_p, spill);
+}
+
 static zc_status_t f16_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
                                   float *dst, uint64_t count, float alpha)
 {
@@ -149,6 +209,9 @@ const zc_codec_ops_t zc_codec_fp16_ops = {
     .name = "fp16",
     .id = ZC_CODEC_FP16,
     .caps = ZC_CODEC_CAP_STATELESS | ZC_CODEC_CAP_LINEAR,
+    /* finite values from 65520 up round to an infinity in binary16: they go out of band */
+    .oob_limit = 65520.0f,
+    .oob_finite_only = 1,
     .wire_ratio = half_wire_ratio,
     .nominal_encode_bw = 10e9,
     .nominal_decode_bw = 10e9,
@@ -157,12 +220,16 @@ const zc_codec_ops_t zc_codec_fp16_ops = {
     .encode = half_encode,
     .decode_add = f16_decode_add,
     .reduce = f16_reduce,
+    .reduce_spill = f16_reduce_spill,
 };
 
 const zc_codec_ops_t zc_codec_bf16_ops = {
     .name = "bf16",
     .id = ZC_CODEC_BF16,
     .caps = ZC_CODEC_CAP_STATELESS | ZC_CODEC_CAP_LINEAR,
+    /* finite values from (2 - 2^-8) 2^127 up round to an infinity in bfloat16 */
+    .oob_limit = 0x1.ffp127f,
+    .oob_finite_only = 1,
     .wire_ratio = half_wire_ratio,
     .nominal_encode_bw = 10e9,
     .nominal_decode_bw = 10e9,
@@ -171,4 +238,5 @@ const zc_codec_ops_t zc_codec_bf16_ops = {
     .encode = half_encode,
     .decode_add = bf16_decode_add,
     .reduce = bf16_reduce,
+    .reduce_spill = bf16_reduce_spill,
 };

@@ -388,6 +388,11 @@ const zc_codec_ops_t zc_codec_gradiveq_ops = {
     .name = "gradiveq",
     .id = ZC_CODEC_GRADIVEQ,
     .caps = ZC_CODEC_CAP_LINEAR,
+    /*
+     * The projection mixes a slice's values: a NaN, an infinity or an outlier
+     * would reach every value of its slice. Such values go out of band.
+     */
+    .oob_limit = 0x1p64f,
     .fields = gradiveq_fields,
     .nfields = ZC_ARRAY_SIZE(gradiveq_fields),
     .params_default = gradiveq_params_default,

@@ -540,6 +540,11 @@ const zc_codec_ops_t zc_codec_qsgd_ops = {
     .name = "qsgd",
     .id = ZC_CODEC_QSGD,
     .caps = ZC_CODEC_CAP_STATELESS | ZC_CODEC_CAP_UNBIASED,
+    /*
+     * A scale is a bucket's largest magnitude (or norm): one NaN, infinity or
+     * outlier would set it for the whole bucket. Such values go out of band.
+     */
+    .oob_limit = 0x1p64f,
     .fields = qsgd_fields,
     .nfields = ZC_ARRAY_SIZE(qsgd_fields),
     .params_default = qsgd_params_default,
