@@ -48,9 +48,10 @@ typedef struct zc_codec_field {
     size_t offset, size;
     zc_codec_field_kind_t kind;
     /*
-     * Part of the payload format: every rank must use the same value (the call
-     * header's hash covers it). Error feedback, for one, is not: it changes
-     * what a rank keeps, not what it sends.
+     * Changes the payloads: every rank must use the same value (the call
+     * header's hash covers it). Error feedback does: a rank with it sends
+     * g + r, where its peers, expecting none, would sum estimates of g, and
+     * one rank's silently different setting is a wrong sum, not an error.
      */
     int wire;
 } zc_codec_field_t;

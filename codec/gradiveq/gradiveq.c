@@ -359,7 +359,7 @@ static const zc_codec_field_t gradiveq_fields[] = {
     ZC_CODEC_FIELD(gradiveq.slice, INT, 1),          ZC_CODEC_FIELD(gradiveq.dim, INT, 1),
     ZC_CODEC_FIELD(gradiveq.energy, F64, 1),         ZC_CODEC_FIELD(gradiveq.ranks, INT, 1),
     ZC_CODEC_FIELD(gradiveq.samples, INT, 1),        ZC_CODEC_FIELD(gradiveq.refresh, INT, 1),
-    ZC_CODEC_FIELD(gradiveq.error_feedback, INT, 0),
+    ZC_CODEC_FIELD(gradiveq.error_feedback, INT, 1),
 };
 
 /* A slice split between two payloads goes raw in both. */

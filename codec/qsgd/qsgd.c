@@ -515,7 +515,7 @@ static void qsgd_params_from_config(const zc_config_t *cfg, zc_codec_params_t *p
 static const zc_codec_field_t qsgd_fields[] = {
     ZC_CODEC_FIELD(qsgd.levels, INT, 1),         ZC_CODEC_FIELD(qsgd.bucket, INT, 1),
     ZC_CODEC_FIELD(qsgd.scale, INT, 1),          ZC_CODEC_FIELD(qsgd.coding, INT, 1),
-    ZC_CODEC_FIELD(qsgd.error_feedback, INT, 0),
+    ZC_CODEC_FIELD(qsgd.error_feedback, INT, 1),
 };
 
 /* A bucket split between two payloads costs a scale word in each. */
