@@ -17,8 +17,6 @@
 #include "common/compiler.h"
 #include "common/config.h"
 
-#include <cblas.h>
-
 #include <stdalign.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,10 +129,60 @@ static float *scratch(zc_gradiveq_state_t *g, size_t floats)
     return g->scratch;
 }
 
-/* Rows per sgemm call: the coefficient block stays in cache between the fill and the product. */
+/* Rows per block: the block's converted input and its coefficients stay in cache. */
 static uint64_t chunk_rows(uint32_t k)
 {
     return ZC_GRADIVEQ_CHUNK / k;
+}
+
+/*
+ * c = x U - U^T mu / N for @p rows slices of x (rows x K): each coefficient
+ * summed over j = 0..K-1 in that order, in f32 without contraction (C11
+ * mode: -ffp-contract=off), so every CPU level gives the same bits; the
+ * loop over the d coefficients is what vectorizes. A BLAS sgemm picks its
+ * kernel, blocking and summation order by CPU type (OPENBLAS_CORETYPE), so
+ * ranks on different CPUs would send and decode different bits.
+ */
+static void project_rows(const float *x, size_t rows, uint32_t k, uint32_t d, const float *basis,
+                         const float *offset, float *c)
+{
+    for (size_t r = 0; r < rows; r++) {
+        float *cr = c + r * d;
+        const float *xr = x + r * k;
+        for (uint32_t t = 0; t < d; t++)
+            cr[t] = -offset[t];
+        for (uint32_t j = 0; j < k; j++) {
+            const float xj = xr[j];
+            const float *u = basis + (size_t)j * d;
+            for (uint32_t t = 0; t < d; t++)
+                cr[t] += xj * u[t];
+        }
+    }
+}
+
+/*
+ * dst += alpha ([c | share] [U | mu]^T) for @p rows slices, in a fixed order
+ * as project_rows: @p lifted_t is [U | mu] transposed ((d + 1) x K), so each
+ * value sums over t = 0..d in that order and the loop over the K values of a
+ * slice vectorizes. @p acc holds K floats.
+ */
+static void expand_rows(const uint8_t *coef, size_t rows, uint32_t k, uint32_t d, float share,
+                        const float *lifted_t, float alpha, float *acc, float *dst)
+{
+    for (size_t r = 0; r < rows; r++) {
+        memset(acc, 0, (size_t)k * sizeof(float));
+        for (uint32_t t = 0; t <= d; t++) {
+            float ct = share;
+            if (t < d)
+                memcpy(&ct, coef + (r * d + t) * 4, 4);
+            const float *row = lifted_t + (size_t)t * k;
+            for (uint32_t j = 0; j < k; j++)
+                acc[j] += ct * row[j];
+        }
+        float *out = dst + r * k;
+        for (uint32_t j = 0; j < k; j++)
+            out[j] += alpha * acc[j];
+    }
 }
 
 /* c = U^T g - U^T mu / N for every whole slice (paper eq. 1), then the raw tail. */
@@ -160,11 +208,7 @@ static zc_status_t encode_projected(zc_gradiveq_state_t *g, zc_dtype_t dtype, co
             zc_dtype_to_f32(dtype, in, rows * k, tmp);
             x = tmp;
         }
-        for (size_t r = 0; r < rows; r++)
-            for (uint32_t j = 0; j < d; j++)
-                c[r * d + j] = -g->offset[j];
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)d, (int)k, 1.0f, x,
-                    (int)k, g->basis, (int)d, 1.0f, c, (int)d);
+        project_rows(x, rows, k, d, g->basis, g->offset, c);
         if (!direct_out)
             memcpy(coef + r0 * d * 4, c, rows * d * 4);
     }
@@ -241,25 +285,22 @@ static zc_status_t gradiveq_decode_add(zc_codec_state_t *state, const uint8_t *b
     }
 
     /*
-     * One product per block: [c | m/N] (rows x (d + 1)) times [U | mu]^T, so the
-     * mean share rides along as one more coefficient and dst is read and written once.
+     * [c | m/N] times [U | mu]^T, slice by slice in a fixed order (expand_rows):
+     * the mean share rides along as one more coefficient and dst is read and
+     * written once.
      */
     const uint32_t k = h.slice, d = h.dim;
-    const uint64_t slices = count / k, step = chunk_rows(k);
+    const uint64_t slices = count / k;
     const float share = (float)((double)h.contributions / h.ranks);
-    float *lifted = slices ? scratch(g, (size_t)ZC_MIN(step, slices) * (d + 1)) : NULL;
-    if (slices && !lifted)
-        return ZC_ERR_NO_MEMORY;
-    for (uint64_t r0 = 0; r0 < slices; r0 += step) {
-        const size_t rows = (size_t)ZC_MIN(step, slices - r0);
-        const uint8_t *c = coef + r0 * d * 4;
-        for (size_t r = 0; r < rows; r++) {
-            memcpy(lifted + r * (d + 1), c + r * d * 4, (size_t)d * 4);
-            lifted[r * (d + 1) + d] = share;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)k, (int)(d + 1), alpha,
-                    lifted, (int)(d + 1), g->lifted_basis, (int)(d + 1), 1.0f, dst + r0 * k,
-                    (int)k);
+    if (slices) {
+        float *lifted_t = scratch(g, (size_t)k * (d + 2));
+        if (!lifted_t)
+            return ZC_ERR_NO_MEMORY;
+        float *acc = lifted_t + (size_t)k * (d + 1);
+        for (uint32_t j = 0; j < k; j++)
+            for (uint32_t t = 0; t <= d; t++)
+                lifted_t[(size_t)t * k + j] = g->lifted_basis[(size_t)j * (d + 1) + t];
+        expand_rows(coef, (size_t)slices, k, d, share, lifted_t, alpha, acc, dst);
     }
     add_raw(coef + slices * d * 4, (size_t)(count % k), alpha, dst + slices * k);
     return ZC_OK;
