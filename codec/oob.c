@@ -39,9 +39,10 @@ zc_status_t zc_oob_push(zc_oob_t *oob, uint64_t pos, float val)
 /*
  * Whether any |x[i]| >= limit or is NaN: on the bit patterns, |x| >= limit is
  * (bits & 0x7fffffff) >= bits(limit) for a positive limit, and a NaN's bits
- * are above every infinity's. A max over integers, no branch: it vectorizes.
+ * are above every infinity's. A max over integers, no branch; whole blocks
+ * have a constant trip count, which the compiler vectorizes at -O2.
  */
-static int block_any(const float *x, size_t n, uint32_t lim)
+static uint32_t max_abs_bits(const float *x, size_t n)
 {
     uint32_t m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -50,13 +51,26 @@ static int block_any(const float *x, size_t n, uint32_t lim)
         b &= 0x7fffffffu;
         m = b > m ? b : m;
     }
-    return m >= lim;
+    return m;
+}
+
+/* Signed: below 2^31 the order is the same, and SSE2 compares signed 32-bit lanes. */
+static uint32_t max_abs_bits_block(const float *x)
+{
+    int32_t m = 0;
+    for (size_t i = 0; i < OOB_BLOCK; i++) {
+        int32_t b;
+        memcpy(&b, &x[i], sizeof(b));
+        b &= 0x7fffffff;
+        m = b > m ? b : m;
+    }
+    return (uint32_t)m;
 }
 
 static zc_status_t scan_f32(const float *x, size_t n, uint64_t first, uint32_t lim, uint32_t top,
                             zc_oob_t *oob)
 {
-    if (!block_any(x, n, lim))
+    if ((n == OOB_BLOCK ? max_abs_bits_block(x) : max_abs_bits(x, n)) < lim)
         return ZC_OK;
     for (size_t i = 0; i < n; i++) {
         uint32_t b;

@@ -115,6 +115,42 @@ static zc_status_t half_reduce_as(zc_half_format_t format, const uint8_t *a, siz
 }
 
 /*
+ * Largest magnitude bits of a block: a constant trip count, vectorized at -O2
+ * (signed: below 0x8000 the order is the same, and SSE2 has a signed 16-bit max).
+ */
+static uint16_t block_max_bits(const uint8_t *h)
+{
+    int16_t top = 0;
+    for (size_t j = 0; j < HALF_CROSS_BLOCK; j++) {
+        uint16_t u;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        memcpy(&u, h + 2 * j, 2);
+#else
+        u = zc_half_load_le16(h + 2 * j);
+#endif
+        int16_t v = (int16_t)(u & 0x7fff);
+        top = v > top ? v : top;
+    }
+    return (uint16_t)top;
+}
+
+/*
+ * Whether no sum of a block's values can round to an infinity: the two
+ * largest magnitudes, finite, add (in f32, monotonic) to at most the format's
+ * largest finite value. The common case, reduced without the spill check.
+ */
+static int sum_fits(zc_half_format_t format, const uint8_t *a, const uint8_t *b)
+{
+    const int bf = format == ZC_HALF_BF16;
+    uint16_t ta = block_max_bits(a), tb = block_max_bits(b);
+    if (ta >= (bf ? 0x7f80u : 0x7c00u) || tb >= (bf ? 0x7f80u : 0x7c00u))
+        return 0;
+    float fa = bf ? zc_bf16_to_f32(ta) : zc_f16_to_f32(ta);
+    float fb = bf ? zc_bf16_to_f32(tb) : zc_f16_to_f32(tb);
+    return fa + fb <= (bf ? 0x1.fep127f : 65504.0f);
+}
+
+/*
  * half_reduce_as, a block at a time through a scratch block (dst may alias a
  * or b, whose values the spill needs): a sum that rounds to an infinity
  * while neither value is one leaves 0 in the body and its f32 sum in @p spill.
@@ -133,6 +169,10 @@ static zc_status_t half_reduce_spill_as(zc_half_format_t format, const uint8_t *
         return ZC_ERR_BUFFER_TOO_SMALL;
     for (size_t i = 0; i < (size_t)count; i += HALF_CROSS_BLOCK) {
         size_t m = ZC_MIN((size_t)count - i, (size_t)HALF_CROSS_BLOCK);
+        if (m == HALF_CROSS_BLOCK && sum_fits(format, a + 2 * i, b + 2 * i)) {
+            k->reduce(a + 2 * i, b + 2 * i, m, dst + 2 * i); /* no spill possible */
+            continue;
+        }
         k->reduce(a + 2 * i, b + 2 * i, m, tmp);
         uint16_t top = 0; /* largest magnitude bits: >= inf only where an infinity or NaN is */
         for (size_t j = 0; j < m; j++) {

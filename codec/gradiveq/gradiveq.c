@@ -136,52 +136,89 @@ static uint64_t chunk_rows(uint32_t k)
 }
 
 /*
+ * Values the fixed-order loops below handle at once: a constant trip count
+ * that the compiler vectorizes at -O2 (no epilogue), whatever K and d are.
+ * Every value's sum runs in the same order in the blocks and in the tails.
+ */
+#define GVQ_LANES 8         /* coefficients per block in encode (d is often 8) */
+#define GVQ_LANES_DECODE 16 /* values per block in decode (K is at least 16 in practice) */
+
+/*
+ * The same loops built for wider vectors, picked at load time: lanes change,
+ * not the order of any value's sum, and without contraction (C11 mode) no FMA
+ * is formed, so every clone gives the same bits.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GVQ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GVQ_CLONES
+#endif
+
+/*
  * c = x U - U^T mu / N for @p rows slices of x (rows x K): each coefficient
  * summed over j = 0..K-1 in that order, in f32 without contraction (C11
- * mode: -ffp-contract=off), so every CPU level gives the same bits; the
- * loop over the d coefficients is what vectorizes. A BLAS sgemm picks its
- * kernel, blocking and summation order by CPU type (OPENBLAS_CORETYPE), so
- * ranks on different CPUs would send and decode different bits.
+ * mode: -ffp-contract=off), so every CPU level gives the same bits. A BLAS
+ * sgemm picks its kernel, blocking and summation order by CPU type
+ * (OPENBLAS_CORETYPE): ranks on different CPUs sent and decoded other bits.
  */
-static void project_rows(const float *x, size_t rows, uint32_t k, uint32_t d, const float *basis,
-                         const float *offset, float *c)
+GVQ_CLONES static void project_rows(const float *restrict x, size_t rows, uint32_t k, uint32_t d,
+                                    const float *restrict basis, const float *restrict offset,
+                                    float *restrict c)
 {
     for (size_t r = 0; r < rows; r++) {
         float *cr = c + r * d;
         const float *xr = x + r * k;
-        for (uint32_t t = 0; t < d; t++)
-            cr[t] = -offset[t];
-        for (uint32_t j = 0; j < k; j++) {
-            const float xj = xr[j];
-            const float *u = basis + (size_t)j * d;
-            for (uint32_t t = 0; t < d; t++)
-                cr[t] += xj * u[t];
+        uint32_t t0 = 0;
+        for (; t0 + GVQ_LANES <= d; t0 += GVQ_LANES) {
+            float a[GVQ_LANES];
+            for (int q = 0; q < GVQ_LANES; q++)
+                a[q] = -offset[t0 + q];
+            for (uint32_t j = 0; j < k; j++) {
+                const float xj = xr[j], *u = basis + (size_t)j * d + t0;
+                for (int q = 0; q < GVQ_LANES; q++)
+                    a[q] += xj * u[q];
+            }
+            memcpy(cr + t0, a, sizeof(a));
+        }
+        for (uint32_t t = t0; t < d; t++) {
+            float a = -offset[t];
+            for (uint32_t j = 0; j < k; j++)
+                a += xr[j] * basis[(size_t)j * d + t];
+            cr[t] = a;
         }
     }
 }
 
 /*
  * dst += alpha ([c | share] [U | mu]^T) for @p rows slices, in a fixed order
- * as project_rows: @p lifted_t is [U | mu] transposed ((d + 1) x K), so each
- * value sums over t = 0..d in that order and the loop over the K values of a
- * slice vectorizes. @p acc holds K floats.
+ * as project_rows: @p lifted_t is [U | mu] transposed ((d + 1) x K), each
+ * value summed over t = 0..d in that order.
  */
-static void expand_rows(const uint8_t *coef, size_t rows, uint32_t k, uint32_t d, float share,
-                        const float *lifted_t, float alpha, float *acc, float *dst)
+GVQ_CLONES static void expand_rows(const uint8_t *coef, size_t rows, uint32_t k, uint32_t d,
+                                   float share, const float *restrict lifted_t, float alpha,
+                                   float *restrict ct, float *restrict dst)
 {
     for (size_t r = 0; r < rows; r++) {
-        memset(acc, 0, (size_t)k * sizeof(float));
-        for (uint32_t t = 0; t <= d; t++) {
-            float ct = share;
-            if (t < d)
-                memcpy(&ct, coef + (r * d + t) * 4, 4);
-            const float *row = lifted_t + (size_t)t * k;
-            for (uint32_t j = 0; j < k; j++)
-                acc[j] += ct * row[j];
-        }
+        memcpy(ct, coef + r * d * 4, (size_t)d * 4);
+        ct[d] = share;
         float *out = dst + r * k;
-        for (uint32_t j = 0; j < k; j++)
-            out[j] += alpha * acc[j];
+        uint32_t j0 = 0;
+        for (; j0 + GVQ_LANES_DECODE <= k; j0 += GVQ_LANES_DECODE) {
+            float a[GVQ_LANES_DECODE] = {0};
+            for (uint32_t t = 0; t <= d; t++) {
+                const float c = ct[t], *row = lifted_t + (size_t)t * k + j0;
+                for (int q = 0; q < GVQ_LANES_DECODE; q++)
+                    a[q] += c * row[q];
+            }
+            for (int q = 0; q < GVQ_LANES_DECODE; q++)
+                out[j0 + q] += alpha * a[q];
+        }
+        for (uint32_t j = j0; j < k; j++) {
+            float a = 0;
+            for (uint32_t t = 0; t <= d; t++)
+                a += ct[t] * lifted_t[(size_t)t * k + j];
+            out[j] += alpha * a;
+        }
     }
 }
 
@@ -293,10 +330,10 @@ static zc_status_t gradiveq_decode_add(zc_codec_state_t *state, const uint8_t *b
     const uint64_t slices = count / k;
     const float share = (float)((double)h.contributions / h.ranks);
     if (slices) {
-        float *lifted_t = scratch(g, (size_t)k * (d + 2));
+        float *lifted_t = scratch(g, (size_t)k * (d + 1) + d + 1);
         if (!lifted_t)
             return ZC_ERR_NO_MEMORY;
-        float *acc = lifted_t + (size_t)k * (d + 1);
+        float *acc = lifted_t + (size_t)k * (d + 1); /* the slice's d + 1 coefficients */
         for (uint32_t j = 0; j < k; j++)
             for (uint32_t t = 0; t <= d; t++)
                 lifted_t[(size_t)t * k + j] = g->lifted_basis[(size_t)j * (d + 1) + t];
