@@ -119,8 +119,13 @@ ZC_EXPORT size_t zc_codec_bound(const zc_codec_params_t *params, uint64_t count)
     if (zc_codec_params_check(params) != ZC_OK)
         return 0;
     const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
-    uint64_t body = ops->bound(params, count), oob = ops->oob_limit > 0 ? zc_oob_bound(count) : 0;
-    if (body >= SIZE_MAX || count > SIZE_MAX / 8 || body > SIZE_MAX - ZC_PAYLOAD_HEADER_BYTES - oob)
+    uint64_t body = ops->bound(params, count), oob = 0;
+    if (ops->oob_limit > 0) {
+        if (count > SIZE_MAX / 8)
+            return 0; /* no section that large fits a size_t */
+        oob = zc_oob_bound(count);
+    }
+    if (body >= SIZE_MAX || body > SIZE_MAX - ZC_PAYLOAD_HEADER_BYTES - oob)
         return 0;
     return (size_t)(body + oob) + ZC_PAYLOAD_HEADER_BYTES;
 }

@@ -256,16 +256,30 @@ uint64_t zc_state_store_evicted_residuals(const zc_state_store_t *store)
     return store ? store->evicted_residuals : 0;
 }
 
-uint64_t zc_state_store_oob_values(const zc_state_store_t *store)
+/* Over every live codec state: values sent out of band, and the residuals' squared norm. */
+static void live_totals(const zc_state_store_t *store, uint64_t *oob_p, double *norm2_p)
 {
-    uint64_t n = 0;
-    if (!store)
-        return 0;
+    uint64_t oob = 0;
+    double norm2 = 0;
     for (const zc_tensor_state_t *ts = store->mru; ts; ts = ts->lru_next)
         for (size_t i = 0; i < ts->nslots; i++)
-            if (ts->slots[i])
-                n += ts->slots[i]->oob_values;
-    return n + store->oob_values_dropped;
+            if (ts->slots[i]) {
+                double r = zc_codec_state_residual_norm(ts->slots[i]);
+                norm2 += r * r;
+                oob += ts->slots[i]->oob_values;
+            }
+    *oob_p = oob;
+    *norm2_p = norm2;
+}
+
+uint64_t zc_state_store_oob_values(const zc_state_store_t *store)
+{
+    uint64_t oob;
+    double norm2;
+    if (!store)
+        return 0;
+    live_totals(store, &oob, &norm2);
+    return oob + store->oob_values_dropped;
 }
 
 size_t zc_state_store_tensors(const zc_state_store_t *store)
@@ -275,14 +289,10 @@ size_t zc_state_store_tensors(const zc_state_store_t *store)
 
 double zc_state_store_residual_norm(const zc_state_store_t *store)
 {
-    double sum = 0;
+    uint64_t oob;
+    double norm2;
     if (!store)
         return 0;
-    for (const zc_tensor_state_t *ts = store->mru; ts; ts = ts->lru_next)
-        for (size_t i = 0; i < ts->nslots; i++)
-            if (ts->slots[i]) {
-                double r = zc_codec_state_residual_norm(ts->slots[i]);
-                sum += r * r;
-            }
-    return sqrt(sum);
+    live_totals(store, &oob, &norm2);
+    return sqrt(norm2);
 }

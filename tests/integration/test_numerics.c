@@ -216,21 +216,29 @@ static void env_for(char (*buf)[96], const char *codec, const char *algo, const 
     env[k] = NULL;
 }
 
-static int run_matrix(const char *algo)
+/* The codecs @p algo runs: the ring takes linear ones only. */
+static const codec_cfg_t *codecs_of(const char *algo, size_t *n_p)
 {
     int ring = strcmp(algo, "ring") == 0;
-    const codec_cfg_t *list = ring ? codecs_ring : codecs_all;
-    size_t n = ring ? sizeof(codecs_ring) / sizeof(codecs_ring[0])
-                    : sizeof(codecs_all) / sizeof(codecs_all[0]);
+    *n_p = ring ? sizeof(codecs_ring) / sizeof(codecs_ring[0])
+                : sizeof(codecs_all) / sizeof(codecs_all[0]);
+    return ring ? codecs_ring : codecs_all;
+}
+
+/* One 4-rank run of @p fn per codec that @p algo runs; @p what names the case in failures. */
+static int run_each(const char *algo, zc_rank_main_fn fn, const char *what)
+{
+    size_t n;
+    const codec_cfg_t *list = codecs_of(algo, &n);
     int failed = 0;
     for (size_t c = 0; c < n; c++) {
         char buf[2][96], *env[16];
         env_for(buf, list[c].codec, algo, list[c].extra, env);
         matrix_arg_t m = {&list[c], algo};
         zc_harness_opts_t o = {.nranks = NRANKS, .deadline_s = 120, .env = env};
-        if (zc_harness_run(&o, matrix_rank, &m) != 0) {
-            fprintf(stderr, "FAILED: %s%s%s on %s\n", list[c].codec, list[c].extra ? " " : "",
-                    list[c].extra ? list[c].extra : "", algo);
+        if (zc_harness_run(&o, fn, &m) != 0) {
+            fprintf(stderr, "FAILED: %s, %s%s%s on %s\n", what, list[c].codec,
+                    list[c].extra ? " " : "", list[c].extra ? list[c].extra : "", algo);
             failed = 1;
         }
     }
@@ -341,26 +349,6 @@ static int mixed_rank(int rank, int size, void *arg)
     return 127;
 }
 
-static int run_mixed(const char *algo)
-{
-    int ring = strcmp(algo, "ring") == 0;
-    const codec_cfg_t *list = ring ? codecs_ring : codecs_all;
-    size_t n = ring ? sizeof(codecs_ring) / sizeof(codecs_ring[0])
-                    : sizeof(codecs_all) / sizeof(codecs_all[0]);
-    int failed = 0;
-    for (size_t c = 0; c < n; c++) {
-        char buf[2][96], *env[16];
-        env_for(buf, list[c].codec, algo, list[c].extra, env);
-        zc_harness_opts_t o = {.nranks = NRANKS, .deadline_s = 120, .env = env};
-        if (zc_harness_run(&o, mixed_rank, NULL) != 0) {
-            fprintf(stderr, "FAILED: mixed cpus, %s%s%s on %s\n", list[c].codec,
-                    list[c].extra ? " " : "", list[c].extra ? list[c].extra : "", algo);
-            failed = 1;
-        }
-    }
-    return failed;
-}
-
 int main(int argc, char **argv)
 {
     static char exe[4096];
@@ -377,9 +365,9 @@ int main(int argc, char **argv)
     if (strcmp(c, "mixed-child") == 0)
         return mixed_child();
     if (strncmp(c, "matrix-", 7) == 0)
-        return run_matrix(c + 7);
+        return run_each(c + 7, matrix_rank, "non-finite matrix");
     if (strncmp(c, "mixed-", 6) == 0)
-        return run_mixed(c + 6);
+        return run_each(c + 6, mixed_rank, "mixed cpus");
     if (strcmp(c, "fp16-avg") == 0)
         return run_fp16_avg();
     if (strcmp(c, "ef-mismatch") == 0)
