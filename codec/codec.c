@@ -302,21 +302,42 @@ static zc_status_t state_for(const zc_codec_params_t *params, zc_codec_state_t *
     return ZC_OK;
 }
 
+/* Sets every NaN and infinity of @p x to 0; returns how many there were. */
+static uint64_t clear_nonfinite(float *x, uint64_t n)
+{
+    uint64_t cleared = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) {
+            x[i] = 0.0f;
+            cleared++;
+        }
+    }
+    return cleared;
+}
+
 /*
  * Sends the values of @p src that the codec's body cannot carry out of band:
  * collects them into @p oob and returns in *src_p the input with 0 at their
  * positions (the residual itself, zeroed there, or a copy in *masked_p).
+ * Past the section's cap the rest stay in the input, for the body to carry as
+ * it can; *surplus_p says how many.
  */
 static zc_status_t oob_split(const zc_codec_ops_t *ops, zc_codec_state_t *state, zc_dtype_t dtype,
-                             const void **src_p, uint64_t count, zc_oob_t *oob, void **masked_p)
+                             const void **src_p, uint64_t count, zc_oob_t *oob, void **masked_p,
+                             uint64_t *surplus_p)
 {
     const size_t esize = zc_dtype_size(dtype);
 
+    *surplus_p = 0;
     if (ops->oob_limit <= 0)
         return ZC_OK;
     ZC_CHECK(zc_oob_scan(dtype, *src_p, count, ops->oob_limit, ops->oob_finite_only, oob));
     if (oob->n == 0)
         return ZC_OK;
+    if (oob->n > zc_oob_cap(count)) {
+        *surplus_p = oob->n - zc_oob_cap(count);
+        oob->n = zc_oob_cap(count);
+    }
     uint8_t *masked = (uint8_t *)(state && state->residual ? (void *)state->residual : NULL);
     if (!masked) {
         masked = malloc((size_t)count * esize);
@@ -340,6 +361,7 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
     zc_oob_t oob = {0};
     void *masked = NULL;
     size_t body_len, oob_len;
+    uint64_t surplus;
     zc_status_t status;
 
     if (!params || !dst || !len_p || (count > 0 && !src) || zc_dtype_size(dtype) == 0)
@@ -367,7 +389,8 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
      * (minus what the body decodes to at a 0, exact), never an infinity or a
      * NaN that would come back at every later call.
      */
-    ZC_CHECK_GOTO(oob_split(ops, state, dtype, &src, count, &oob, &masked), status, err_restore);
+    ZC_CHECK_GOTO(oob_split(ops, state, dtype, &src, count, &oob, &masked, &surplus), status,
+                  err_restore);
     oob_len = zc_oob_size(&oob);
     if (cap - ZC_PAYLOAD_HEADER_BYTES < oob_len) {
         status = ZC_ERR_BUFFER_TOO_SMALL;
@@ -377,9 +400,13 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
     ZC_CHECK_GOTO(ops->encode(params, state, rng, dtype, src, count, body,
                               cap - ZC_PAYLOAD_HEADER_BYTES - oob_len, &body_len),
                   status, err_restore);
-    if (residual)
+    if (residual) {
         ZC_CHECK_GOTO(ops->decode_add(state, body, body_len, residual, count, -1.0f), status,
                       err_free);
+        /* past the cap the body carried non-finite values: none may stay for the next call */
+        if (surplus)
+            state->oob_values += clear_nonfinite(residual, count);
+    }
     zc_payload_header_write(dst, params->codec, count);
     if (oob.n) {
         ((uint8_t *)dst)[4] |= ZC_PAYLOAD_FLAG_OOB;
@@ -448,6 +475,20 @@ ZC_EXPORT zc_status_t zc_codec_decode_add(zc_codec_state_t *state, const void *s
     return status;
 }
 
+/*
+ * Keeps a reduce's section within its cap: the entries past it go into the
+ * body @p body (ops->poison), non-finite there where they are.
+ */
+static void oob_fit(const zc_codec_ops_t *ops, const zc_codec_state_t *state, uint8_t *body,
+                    size_t body_len, uint64_t count, zc_oob_t *oob)
+{
+    const uint64_t cap = zc_oob_cap(count);
+    for (uint64_t j = cap; j < oob->n; j++)
+        ops->poison(state, body, body_len, count, oob->pos[j], oob->val[j]);
+    if (oob->n > cap)
+        oob->n = cap;
+}
+
 /* The codec's reduce of two bodies; a body narrower than f32 spills sums it cannot hold. */
 static zc_status_t body_reduce(const zc_codec_ops_t *ops, zc_codec_state_t *state, const uint8_t *a,
                                size_t alen, const uint8_t *b, size_t blen, uint64_t count,
@@ -487,6 +528,7 @@ static zc_status_t reduce_oob(const zc_codec_ops_t *ops, zc_codec_state_t *state
                   status, out);
     ZC_CHECK_GOTO(zc_oob_merge(&oa, &ob, &ab), status, out);
     ZC_CHECK_GOTO(zc_oob_merge(&ab, &spill, &sum), status, out);
+    oob_fit(ops, state, scratch, body_len, count, &sum);
     size_t oob_len = zc_oob_size(&sum);
     if (body_cap - body_len < oob_len) {
         status = ZC_ERR_BUFFER_TOO_SMALL;
@@ -537,6 +579,8 @@ ZC_EXPORT zc_status_t zc_codec_reduce(zc_codec_state_t *state, const void *a, si
         ops, state, (const uint8_t *)a + ZC_PAYLOAD_HEADER_BYTES, alen - ZC_PAYLOAD_HEADER_BYTES,
         (const uint8_t *)b + ZC_PAYLOAD_HEADER_BYTES, blen - ZC_PAYLOAD_HEADER_BYTES, ia.count,
         out + ZC_PAYLOAD_HEADER_BYTES, cap - ZC_PAYLOAD_HEADER_BYTES, &body_len, &spill);
+    if (status == ZC_OK)
+        oob_fit(ops, state, out + ZC_PAYLOAD_HEADER_BYTES, body_len, ia.count, &spill);
     size_t oob_len = zc_oob_size(&spill);
     if (status == ZC_OK && cap - ZC_PAYLOAD_HEADER_BYTES - body_len < oob_len)
         status = ZC_ERR_BUFFER_TOO_SMALL;

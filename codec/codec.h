@@ -143,6 +143,15 @@ typedef struct zc_codec_ops {
     zc_status_t (*reduce_spill)(zc_codec_state_t *state, const uint8_t *a, size_t alen,
                                 const uint8_t *b, size_t blen, uint64_t count, uint8_t *dst,
                                 size_t cap, size_t *len_p, struct zc_oob *spill);
+    /*
+     * Linear codecs with a section (oob_limit > 0): adds @p val at @p pos into
+     * the body @p body (@p len bytes, checked by reduce) as well as its format
+     * can, when a reduce's section is past its cap: a value past the format's
+     * range becomes an infinity, and GradiVeQ turns the position's slice into
+     * NaN. Non-finite either way where the sum is.
+     */
+    void (*poison)(const zc_codec_state_t *state, uint8_t *body, size_t len, uint64_t count,
+                   uint64_t pos, float val);
     /* Codec-owned state: set state->priv. NULL: the codec has none. */
     zc_status_t (*state_init)(zc_codec_state_t *state);
     void (*state_fini)(zc_codec_state_t *state);

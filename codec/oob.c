@@ -113,15 +113,22 @@ static unsigned varint_len(uint64_t v)
     return n;
 }
 
+uint64_t zc_oob_cap(uint64_t count)
+{
+    return ZC_MIN(count, 16 + count / 1024);
+}
+
 /*
- * n entries whose gaps g_j sum with the n positions to at most count:
+ * At most n = zc_oob_cap(count) entries, whose gaps g_j sum with the n
+ * positions to at most count: a gap takes at most 10 bytes, and
  * varint_len(g) <= 1 + g / 7 (a gap of b >= 1 bits takes ceil(b / 7) bytes
- * and b <= g), so the gaps take at most n + count / 7 <= count + count / 7
- * bytes, next to 8 + 4 n <= 8 + 4 count.
+ * and b <= g), so the gaps take at most min(10 n, n + count / 7) bytes, next
+ * to 8 + 4 n.
  */
 uint64_t zc_oob_bound(uint64_t count)
 {
-    return 8 + 5 * count + count / 7;
+    const uint64_t n = zc_oob_cap(count);
+    return 8 + 4 * n + ZC_MIN(OOB_VARINT_MAX * n, n + count / 7);
 }
 
 size_t zc_oob_size(const zc_oob_t *oob)
@@ -168,7 +175,7 @@ zc_status_t zc_oob_parse(const uint8_t *src, size_t len, uint64_t count, size_t 
     if (len < 8)
         return ZC_ERR_CORRUPT;
     uint64_t n = zc_payload_ld64(src);
-    if (n == 0 || n > count || n > (len - 8) / 4)
+    if (n == 0 || n > zc_oob_cap(count) || n > (len - 8) / 4)
         return ZC_ERR_CORRUPT;
     size_t at = 8 + 4 * (size_t)n;
     uint64_t next = 0; /* the smallest position the next gap may give */

@@ -4,7 +4,12 @@
  * past the codec's limit), sent exactly as f32 next to a body that holds 0 at
  * their positions. The decoded value there is the body's plus the section's.
  *
- * Layout, little-endian: u64 n (1..count), n f32 values, then the n positions
+ * A section holds at most zc_oob_cap(count) entries, so that it adds little to
+ * a payload's bound: past that, the encoder leaves the surplus values to the
+ * body (which turns its bucket or slice into NaN) and a reduce writes them
+ * into the body (zc_codec_ops_t.poison).
+ *
+ * Layout, little-endian: u64 n (1..cap), n f32 values, then the n positions
  * as LEB128 gaps (shortest form, at most 10 bytes), each the distance to the
  * previous position less one (from position -1): strictly increasing.
  *
@@ -39,7 +44,10 @@ zc_status_t zc_oob_push(zc_oob_t *oob, uint64_t pos, float val);
 zc_status_t zc_oob_scan(zc_dtype_t dtype, const void *src, uint64_t count, float limit,
                         int finite_only, zc_oob_t *oob);
 
-/* Largest section for @p count values: 8 + 4 count + the gaps' bytes (see oob.c). */
+/* Most entries a section for @p count values holds: 16 + count / 1024, at most count. */
+uint64_t zc_oob_cap(uint64_t count);
+
+/* Largest section for @p count values: 8 + 4 cap + the gaps' bytes (see oob.c). */
 uint64_t zc_oob_bound(uint64_t count);
 
 /* Bytes of the section @p oob writes (0 when it is empty). */
@@ -50,7 +58,7 @@ void zc_oob_write(const zc_oob_t *oob, uint8_t *dst);
 
 /*
  * Checks the section at the start of @p src[0..len) for @p count values:
- * ZC_ERR_CORRUPT unless n is 1..count, the values fit, every gap is a
+ * ZC_ERR_CORRUPT unless n is 1..zc_oob_cap(count), the values fit, every gap is a
  * shortest-form varint of at most 10 bytes and every position is below count.
  * Sets *size_p to the section's bytes and, when @p oob is not NULL, reads the
  * entries into it (which must be empty).

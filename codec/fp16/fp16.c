@@ -212,6 +212,27 @@ static zc_status_t bf16_reduce_spill(zc_codec_state_t *state, const uint8_t *a, 
     return half_reduce_spill_as(ZC_HALF_BF16, a, alen, b, blen, count, dst, cap, len_p, spill);
 }
 
+/* Adds @p val to the half value at @p pos: past the format's range it becomes an infinity. */
+static void half_poison_as(zc_half_format_t format, uint8_t *body, uint64_t pos, float val)
+{
+    const int bf = format == ZC_HALF_BF16;
+    uint16_t h = zc_half_load_le16(body + 2 * pos);
+    float sum = (bf ? zc_bf16_to_f32(h) : zc_f16_to_f32(h)) + val;
+    zc_half_store_le16(body + 2 * pos, bf ? zc_f32_to_bf16(sum) : zc_f32_to_f16(sum));
+}
+
+static void f16_poison(const zc_codec_state_t *state, uint8_t *body, size_t len, uint64_t count,
+                       uint64_t pos, float val)
+{
+    half_poison_as(ZC_HALF_F16, body, pos, val);
+}
+
+static void bf16_poison(const zc_codec_state_t *state, uint8_t *body, size_t len, uint64_t count,
+                        uint64_t pos, float val)
+{
+    half_poison_as(ZC_HALF_BF16, body, pos, val);
+}
+
 static zc_status_t f16_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
                                   float *dst, uint64_t count, float alpha)
 {
@@ -261,6 +282,7 @@ const zc_codec_ops_t zc_codec_fp16_ops = {
     .decode_add = f16_decode_add,
     .reduce = f16_reduce,
     .reduce_spill = f16_reduce_spill,
+    .poison = f16_poison,
 };
 
 const zc_codec_ops_t zc_codec_bf16_ops = {
@@ -279,4 +301,5 @@ const zc_codec_ops_t zc_codec_bf16_ops = {
     .decode_add = bf16_decode_add,
     .reduce = bf16_reduce,
     .reduce_spill = bf16_reduce_spill,
+    .poison = bf16_poison,
 };

@@ -17,6 +17,9 @@
 #include "common/compiler.h"
 #include "common/config.h"
 
+#include <cblas.h>
+
+#include <math.h>
 #include <stdalign.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,24 +132,23 @@ static float *scratch(zc_gradiveq_state_t *g, size_t floats)
     return g->scratch;
 }
 
-/* Rows per block: the block's converted input and its coefficients stay in cache. */
+/* Rows per sgemm call: the coefficient block stays in cache between the fill and the product. */
 static uint64_t chunk_rows(uint32_t k)
 {
     return ZC_GRADIVEQ_CHUNK / k;
 }
 
 /*
- * Values the fixed-order loops below handle at once: a constant trip count
- * that the compiler vectorizes at -O2 (no epilogue), whatever K and d are.
- * Every value's sum runs in the same order in the blocks and in the tails.
+ * Decode's fixed-order loop works on this many values of a slice at once, as
+ * one GCC vector (lowered to 1 zmm, 2 ymm or 4 xmm registers by the clone).
  */
-#define GVQ_LANES 8         /* coefficients per block in encode (d is often 8) */
-#define GVQ_LANES_DECODE 16 /* values per block in decode (K is at least 16 in practice) */
+#define GVQ_LANES 16
+typedef float gvq_vec_t __attribute__((vector_size(GVQ_LANES * sizeof(float))));
 
 /*
- * The same loops built for wider vectors, picked at load time: lanes change,
- * not the order of any value's sum, and without contraction (C11 mode) no FMA
- * is formed, so every clone gives the same bits.
+ * The same loop built for wider vectors, picked at load time: lanes change,
+ * not the order of any value's sum, and without contraction (C11 mode:
+ * -ffp-contract=off) no FMA is formed, so every clone gives the same bits.
  */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define GVQ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -155,44 +157,12 @@ static uint64_t chunk_rows(uint32_t k)
 #endif
 
 /*
- * c = x U - U^T mu / N for @p rows slices of x (rows x K): each coefficient
- * summed over j = 0..K-1 in that order, in f32 without contraction (C11
- * mode: -ffp-contract=off), so every CPU level gives the same bits. A BLAS
- * sgemm picks its kernel, blocking and summation order by CPU type
- * (OPENBLAS_CORETYPE): ranks on different CPUs sent and decoded other bits.
- */
-GVQ_CLONES static void project_rows(const float *restrict x, size_t rows, uint32_t k, uint32_t d,
-                                    const float *restrict basis, const float *restrict offset,
-                                    float *restrict c)
-{
-    for (size_t r = 0; r < rows; r++) {
-        float *cr = c + r * d;
-        const float *xr = x + r * k;
-        uint32_t t0 = 0;
-        for (; t0 + GVQ_LANES <= d; t0 += GVQ_LANES) {
-            float a[GVQ_LANES];
-            for (int q = 0; q < GVQ_LANES; q++)
-                a[q] = -offset[t0 + q];
-            for (uint32_t j = 0; j < k; j++) {
-                const float xj = xr[j], *u = basis + (size_t)j * d + t0;
-                for (int q = 0; q < GVQ_LANES; q++)
-                    a[q] += xj * u[q];
-            }
-            memcpy(cr + t0, a, sizeof(a));
-        }
-        for (uint32_t t = t0; t < d; t++) {
-            float a = -offset[t];
-            for (uint32_t j = 0; j < k; j++)
-                a += xr[j] * basis[(size_t)j * d + t];
-            cr[t] = a;
-        }
-    }
-}
-
-/*
- * dst += alpha ([c | share] [U | mu]^T) for @p rows slices, in a fixed order
- * as project_rows: @p lifted_t is [U | mu] transposed ((d + 1) x K), each
- * value summed over t = 0..d in that order.
+ * dst += alpha ([c | share] [U | mu]^T) for @p rows slices: @p lifted_t is
+ * [U | mu] transposed ((d + 1) x K), each value summed over t = 0..d in that
+ * order, in f32. A BLAS sgemm picks its kernel, blocking and summation order
+ * by CPU type (OPENBLAS_CORETYPE), so ranks on different CPUs decoded the same
+ * payload to other bits; this loop gives the same bits on every CPU level.
+ * Encode may use sgemm: every rank decodes the one payload it produced.
  */
 GVQ_CLONES static void expand_rows(const uint8_t *coef, size_t rows, uint32_t k, uint32_t d,
                                    float share, const float *restrict lifted_t, float alpha,
@@ -203,15 +173,28 @@ GVQ_CLONES static void expand_rows(const uint8_t *coef, size_t rows, uint32_t k,
         ct[d] = share;
         float *out = dst + r * k;
         uint32_t j0 = 0;
-        for (; j0 + GVQ_LANES_DECODE <= k; j0 += GVQ_LANES_DECODE) {
-            float a[GVQ_LANES_DECODE] = {0};
+        /* four independent sums at a time, so that the adds overlap */
+        for (; j0 + 4 * GVQ_LANES <= k; j0 += 4 * GVQ_LANES) {
+            gvq_vec_t a[4] = {{0}}, row[4], o[4];
             for (uint32_t t = 0; t <= d; t++) {
-                const float c = ct[t], *row = lifted_t + (size_t)t * k + j0;
-                for (int q = 0; q < GVQ_LANES_DECODE; q++)
-                    a[q] += c * row[q];
+                memcpy(row, lifted_t + (size_t)t * k + j0, sizeof(row));
+                for (int q = 0; q < 4; q++)
+                    a[q] += ct[t] * row[q];
             }
-            for (int q = 0; q < GVQ_LANES_DECODE; q++)
-                out[j0 + q] += alpha * a[q];
+            memcpy(o, out + j0, sizeof(o));
+            for (int q = 0; q < 4; q++)
+                o[q] += alpha * a[q];
+            memcpy(out + j0, o, sizeof(o));
+        }
+        for (; j0 + GVQ_LANES <= k; j0 += GVQ_LANES) {
+            gvq_vec_t a = {0}, row, o;
+            for (uint32_t t = 0; t <= d; t++) {
+                memcpy(&row, lifted_t + (size_t)t * k + j0, sizeof(row));
+                a += ct[t] * row;
+            }
+            memcpy(&o, out + j0, sizeof(o));
+            o += alpha * a;
+            memcpy(out + j0, &o, sizeof(o));
         }
         for (uint32_t j = j0; j < k; j++) {
             float a = 0;
@@ -245,7 +228,11 @@ static zc_status_t encode_projected(zc_gradiveq_state_t *g, zc_dtype_t dtype, co
             zc_dtype_to_f32(dtype, in, rows * k, tmp);
             x = tmp;
         }
-        project_rows(x, rows, k, d, g->basis, g->offset, c);
+        for (size_t r = 0; r < rows; r++)
+            for (uint32_t j = 0; j < d; j++)
+                c[r * d + j] = -g->offset[j];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)d, (int)k, 1.0f, x,
+                    (int)k, g->basis, (int)d, 1.0f, c, (int)d);
         if (!direct_out)
             memcpy(coef + r0 * d * 4, c, rows * d * 4);
     }
@@ -376,6 +363,35 @@ static zc_status_t gradiveq_reduce(zc_codec_state_t *state, const uint8_t *a, si
     return ZC_OK;
 }
 
+/*
+ * Adds @p val at @p pos: to the raw value in a raw body or the tail, else by
+ * turning the slice's coefficients into NaN (a projection cannot hold one
+ * position's infinity without spreading it over the slice anyway).
+ */
+static void gradiveq_poison(const zc_codec_state_t *state, uint8_t *body, size_t len,
+                            uint64_t count, uint64_t pos, float val)
+{
+    const uint32_t k = zc_load_le32(body), d = zc_load_le32(body + 4),
+                   version = zc_load_le32(body + 8);
+    uint8_t *coef = body + BODY_HDR;
+    uint64_t at = pos; /* the raw value's index in the body */
+
+    if (version != 0) {
+        const uint64_t slices = count / k;
+        if (pos < slices * k) {
+            const float nan = NAN;
+            for (uint32_t t = 0; t < d; t++)
+                memcpy(coef + ((pos / k) * d + t) * 4, &nan, 4);
+            return;
+        }
+        at = slices * d + (pos - slices * k);
+    }
+    float v;
+    memcpy(&v, coef + at * 4, 4);
+    v += val;
+    memcpy(coef + at * 4, &v, 4);
+}
+
 static zc_status_t gradiveq_state_init(zc_codec_state_t *state)
 {
     zc_gradiveq_state_t *g = calloc(1, sizeof(*g));
@@ -487,6 +503,7 @@ const zc_codec_ops_t zc_codec_gradiveq_ops = {
     .encode = gradiveq_encode,
     .decode_add = gradiveq_decode_add,
     .reduce = gradiveq_reduce,
+    .poison = gradiveq_poison,
     .state_init = gradiveq_state_init,
     .state_fini = gradiveq_state_fini,
     .state_bytes = gradiveq_state_bytes,

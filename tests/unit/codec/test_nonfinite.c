@@ -7,6 +7,7 @@
  * a clean history gives.
  */
 #include "codec/codec.h"
+#include "common/compiler.h"
 
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -345,4 +346,122 @@ Test(nonfinite, hostile_sections)
     cr_assert_eq(bad[4], 0);
     bad[4] = 1;
     cr_assert_eq(zc_codec_decode_add(NULL, bad, len, out, 8), ZC_ERR_CORRUPT);
+}
+
+/* ---- past the section's cap (16 + count / 1024 entries: 16 for N values) ---- */
+
+#define CAP 16
+#define MANY 40 /* more special values than a section holds */
+
+/* The n of the payload's section (0 without one). */
+static uint64_t section_entries(const uint8_t *payload)
+{
+    uint64_t n = 0;
+    if (!(payload[4] & 1))
+        return 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | payload[16 + i];
+    return n;
+}
+
+/*
+ * More NaN than the section holds: the first CAP go out of band, the body
+ * carries the rest (QSGD, GradiVeQ: their bucket or slice turns NaN), every
+ * one decodes non-finite, and error feedback keeps no NaN for the next call.
+ */
+Test(nonfinite, nan_past_the_cap)
+{
+    static const kind_t kinds[] = {K_QSGD, K_QSGD_EF, K_TOPK, K_GVQ, K_GVQ_EF};
+    float x[N], out[N], clean[N];
+    for (size_t c = 0; c < ZC_ARRAY_SIZE(kinds); c++) {
+        codec_run_t r;
+        run_init(&r, kinds[c], 1);
+        fill(x, N, 3);
+        for (int j = 0; j < MANY; j++)
+            x[j * 25] = NAN;
+        run_call(&r, x, 0, out);
+        cr_assert_eq(section_entries(r.buf), CAP, "%s", kind_names[kinds[c]]);
+        for (int j = 0; j < MANY; j++)
+            cr_assert(isnan(out[j * 25]), "%s: NaN %d decoded to %g", kind_names[kinds[c]], j,
+                      out[j * 25]);
+        /* the next clean call: nothing non-finite came back from the residual */
+        fill(clean, N, 5);
+        run_call(&r, clean, 1, out);
+        for (int i = 0; i < N; i++)
+            cr_assert(isfinite(out[i]), "%s: clean call, value %d is %g", kind_names[kinds[c]], i,
+                      out[i]);
+        /* counted: CAP sent out of band, and the residual entries the body's NaN cleared */
+        if (kinds[c] == K_QSGD_EF || kinds[c] == K_GVQ_EF)
+            cr_assert_geq(r.st->oob_values, MANY, "%s", kind_names[kinds[c]]);
+        run_fini(&r);
+    }
+}
+
+/* fp16: finite values past 65504 beyond the cap take the cast's infinity, in encode and reduce. */
+Test(nonfinite, fp16_past_the_cap)
+{
+    codec_run_t r;
+    float x[N], out[N];
+    uint8_t *sum;
+    size_t slen;
+
+    run_init(&r, K_FP16, 1);
+    fill(x, N, 9);
+    for (int j = 0; j < MANY; j++)
+        x[j * 25] = 1e5f;
+    run_call(&r, x, 0, out);
+    cr_assert_eq(section_entries(r.buf), CAP);
+    for (int j = 0; j < MANY; j++)
+        cr_assert_eq(out[j * 25], j < CAP ? 1e5f : INFINITY, "value %d: %g", j, out[j * 25]);
+
+    /* sums past the range: 40000 + 40000 at MANY positions, only CAP of them in the section */
+    fill(x, N, 9);
+    for (int j = 0; j < MANY; j++)
+        x[j * 25] = 40000.0f;
+    run_call(&r, x, 1, out);
+    cr_assert_eq(section_entries(r.buf), 0);
+    sum = malloc(r.cap);
+    cr_assert_eq(zc_codec_reduce(NULL, r.buf, r.len, r.buf, r.len, sum, r.cap, &slen), ZC_OK);
+    cr_assert_eq(section_entries(sum), CAP);
+    memset(out, 0, sizeof(out));
+    cr_assert_eq(zc_codec_decode_add(NULL, sum, slen, out, N), ZC_OK);
+    for (int j = 0; j < MANY; j++)
+        cr_assert_eq(out[j * 25], j < CAP ? 80000.0f : INFINITY, "sum %d: %g", j, out[j * 25]);
+    free(sum);
+    run_fini(&r);
+}
+
+/*
+ * GradiVeQ reduce: two sections within the cap whose union is not; the entries
+ * past it turn their slice into NaN, and every NaN position stays NaN.
+ */
+Test(nonfinite, gradiveq_reduce_past_the_cap)
+{
+    codec_run_t a, b;
+    float x[N], y[N], out[N];
+    size_t len;
+
+    run_init(&a, K_GVQ, 2);
+    run_init(&b, K_GVQ, 2);
+    fill(x, N, 11);
+    fill(y, N, 13);
+    for (int j = 0; j < 12; j++) {
+        x[j * 50] = NAN;
+        y[j * 50 + 25] = INFINITY;
+    }
+    run_call(&a, x, 0, out);
+    run_call(&b, y, 0, out);
+    cr_assert_eq(section_entries(a.buf), 12);
+    uint8_t *sum = malloc(a.cap);
+    cr_assert_eq(zc_codec_reduce(a.st, a.buf, a.len, b.buf, b.len, sum, a.cap, &len), ZC_OK);
+    cr_assert_eq(section_entries(sum), CAP);
+    memset(out, 0, sizeof(out));
+    cr_assert_eq(zc_codec_decode_add(a.st, sum, len, out, N), ZC_OK);
+    for (int j = 0; j < 12; j++) {
+        cr_assert(isnan(out[j * 50]), "NaN %d: %g", j, out[j * 50]);
+        cr_assert(!isfinite(out[j * 50 + 25]), "inf %d: %g", j, out[j * 50 + 25]);
+    }
+    free(sum);
+    run_fini(&a);
+    run_fini(&b);
 }

@@ -324,11 +324,13 @@ Test(topk_params, target_count)
 
 /*
  * Bound: header + at most k + k/10 values, each with a value and a varint gap,
- * + the largest out-of-band section (8 + 5 n + n / 7).
+ * + the largest out-of-band section: e = 16 + n / 1024 entries (at most n),
+ * each a value and a gap of at most 10 bytes, the gaps also at most e + n / 7.
  */
 static uint64_t oob_bound(uint64_t n)
 {
-    return 8 + 5 * n + n / 7;
+    uint64_t e = n < 16 + n / 1024 ? n : 16 + n / 1024, gaps = e + n / 7;
+    return 8 + 4 * e + (10 * e < gaps ? 10 * e : gaps);
 }
 
 Test(topk_params, bound_formula)
