@@ -1,6 +1,7 @@
 #include "codec/codec.h"
 #include "codec/oob.h"
 #include "common/compiler.h"
+#include "common/crc32c.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -72,6 +73,13 @@ static size_t params_size_needed(const zc_codec_ops_t *ops)
     return need;
 }
 
+/* Whether @p params ask for a checksum trailer (a caller's struct may end before the field). */
+static int wants_checksum(const zc_codec_params_t *params)
+{
+    return params->struct_size >= offsetof(zc_codec_params_t, checksum) + sizeof(uint32_t) &&
+           params->checksum != 0;
+}
+
 ZC_EXPORT zc_status_t zc_codec_params_default_sized(zc_codec_id_t codec,
                                                     zc_codec_params_t *params_p, size_t size)
 {
@@ -103,6 +111,8 @@ ZC_EXPORT zc_status_t zc_codec_params_check(const zc_codec_params_t *params)
         return ZC_ERR_INVALID_CONFIG;
     if (params->struct_size < params_size_needed(ops))
         return ZC_ERR_INVALID_ARG;
+    if (wants_checksum(params) && params->checksum != 1)
+        return ZC_ERR_INVALID_CONFIG;
     return ops->check ? ops->check(params) : ZC_OK;
 }
 
@@ -125,9 +135,10 @@ ZC_EXPORT size_t zc_codec_bound(const zc_codec_params_t *params, uint64_t count)
             return 0; /* no section that large fits a size_t */
         oob = zc_oob_bound(count);
     }
-    if (body >= SIZE_MAX || body > SIZE_MAX - ZC_PAYLOAD_HEADER_BYTES - oob)
+    const uint64_t crc = wants_checksum(params) ? ZC_PAYLOAD_CRC_BYTES : 0;
+    if (body >= SIZE_MAX || body > SIZE_MAX - ZC_PAYLOAD_HEADER_BYTES - oob - crc)
         return 0;
-    return (size_t)(body + oob) + ZC_PAYLOAD_HEADER_BYTES;
+    return (size_t)(body + oob + crc) + ZC_PAYLOAD_HEADER_BYTES;
 }
 
 ZC_EXPORT zc_status_t zc_payload_info(const void *src, size_t len, zc_payload_info_t *info_p)
@@ -219,6 +230,8 @@ int zc_codec_params_equal(const zc_codec_params_t *a, const zc_codec_params_t *b
 
     if (a->codec != b->codec || !ops)
         return a->codec == b->codec;
+    if (wants_checksum(a) != wants_checksum(b))
+        return 0;
     for (unsigned i = 0; i < ops->nfields; i++) {
         const zc_codec_field_t *f = &ops->fields[i];
         const uint8_t *pa = (const uint8_t *)a + f->offset, *pb = (const uint8_t *)b + f->offset;
@@ -251,6 +264,8 @@ uint32_t zc_codec_params_hash(const zc_codec_params_t *params)
     for (unsigned i = 0; ops && i < ops->nfields; i++)
         if (ops->fields[i].wire)
             h = fnv1a(h, (const uint8_t *)params + ops->fields[i].offset, ops->fields[i].size);
+    if (wants_checksum(params)) /* only then: the hash without one is what it always was */
+        h = fnv1a(h, "crc32c", 6);
     return h;
 }
 
@@ -353,6 +368,31 @@ static zc_status_t oob_split(const zc_codec_ops_t *ops, zc_codec_state_t *state,
     return ZC_OK;
 }
 
+/* Appends the CRC-32C trailer to the payload of *@p len_p bytes at @p dst (flag set first). */
+static zc_status_t payload_seal(uint8_t *dst, size_t cap, size_t *len_p)
+{
+    if (cap - *len_p < ZC_PAYLOAD_CRC_BYTES)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    dst[4] |= ZC_PAYLOAD_FLAG_CRC;
+    zc_payload_st32(dst + *len_p, zc_crc32c(dst, *len_p));
+    *len_p += ZC_PAYLOAD_CRC_BYTES;
+    return ZC_OK;
+}
+
+/*
+ * A payload with a trailer (header already parsed): ZC_ERR_CORRUPT unless the
+ * CRC-32C matches; *@p len_p loses the trailer. Without one, nothing to do.
+ */
+static zc_status_t payload_open(const uint8_t *src, size_t *len_p)
+{
+    if (!(src[4] & ZC_PAYLOAD_FLAG_CRC))
+        return ZC_OK;
+    if (*len_p < ZC_PAYLOAD_HEADER_BYTES + ZC_PAYLOAD_CRC_BYTES)
+        return ZC_ERR_CORRUPT;
+    *len_p -= ZC_PAYLOAD_CRC_BYTES;
+    return zc_crc32c(src, *len_p) == zc_payload_ld32(src + *len_p) ? ZC_OK : ZC_ERR_CORRUPT;
+}
+
 ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_state_t *state,
                                       const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
                                       uint64_t count, void *dst, size_t cap, size_t *len_p)
@@ -371,8 +411,11 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
     /* a count no payload can hold (past a codec's limit): refused before src is read */
     if (zc_codec_bound(params, count) == 0)
         return ZC_ERR_INVALID_ARG;
-    if (cap < ZC_PAYLOAD_HEADER_BYTES)
+    /* the trailer's room is kept aside now: nothing fails after the residual has changed */
+    const size_t crc = wants_checksum(params) ? ZC_PAYLOAD_CRC_BYTES : 0;
+    if (cap < ZC_PAYLOAD_HEADER_BYTES + crc)
         return ZC_ERR_BUFFER_TOO_SMALL;
+    cap -= crc;
 
     const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
     float *residual = state ? state->residual : NULL;
@@ -415,6 +458,8 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
     if (state)
         state->oob_values += oob.n;
     *len_p = body_len + oob_len + ZC_PAYLOAD_HEADER_BYTES;
+    if (crc)
+        payload_seal(dst, cap + crc, len_p); /* cannot fail: its room was kept */
     status = ZC_OK;
     goto err_free;
 
@@ -461,6 +506,7 @@ ZC_EXPORT zc_status_t zc_codec_decode_add(zc_codec_state_t *state, const void *s
     if (!src || (count > 0 && !dst))
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_payload_info(src, len, &info));
+    ZC_CHECK(payload_open(src, &len));
     if (info.count != count)
         return ZC_ERR_MISMATCH;
     const zc_codec_ops_t *ops = zc_codec_ops(info.codec);
@@ -551,42 +597,25 @@ out:
     return status;
 }
 
-ZC_EXPORT zc_status_t zc_codec_reduce(zc_codec_state_t *state, const void *a, size_t alen,
-                                      const void *b, size_t blen, void *dst, size_t cap,
-                                      size_t *len_p)
+/* Reduce of payloads without sections: the bodies, and a section only for what they spill. */
+static zc_status_t reduce_plain(const zc_codec_ops_t *ops, zc_codec_state_t *state,
+                                const uint8_t *a, size_t alen, const uint8_t *b, size_t blen,
+                                uint64_t count, uint8_t *out, size_t cap, size_t *len_p)
 {
-    zc_payload_info_t ia, ib;
     zc_oob_t spill = {0};
-    uint8_t *out = dst;
     size_t body_len;
-
-    if (!a || !b || !dst || !len_p)
-        return ZC_ERR_INVALID_ARG;
-    ZC_CHECK(zc_payload_info(a, alen, &ia));
-    ZC_CHECK(zc_payload_info(b, blen, &ib));
-    if (ia.codec != ib.codec || ia.count != ib.count)
-        return ZC_ERR_MISMATCH;
-    const zc_codec_ops_t *ops = zc_codec_ops(ia.codec);
-    if (!ops->reduce)
-        return ZC_ERR_UNSUPPORTED;
-    if (ops->state_init && (!state || state->params.codec != ia.codec || state->count != ia.count))
-        return state ? ZC_ERR_MISMATCH : ZC_ERR_INVALID_ARG;
-    if (cap < ZC_PAYLOAD_HEADER_BYTES)
-        return ZC_ERR_BUFFER_TOO_SMALL;
-    if ((((const uint8_t *)a)[4] | ((const uint8_t *)b)[4]) & ZC_PAYLOAD_FLAG_OOB)
-        return reduce_oob(ops, state, a, alen, b, blen, ia.count, dst, cap, len_p);
     zc_status_t status = body_reduce(
-        ops, state, (const uint8_t *)a + ZC_PAYLOAD_HEADER_BYTES, alen - ZC_PAYLOAD_HEADER_BYTES,
-        (const uint8_t *)b + ZC_PAYLOAD_HEADER_BYTES, blen - ZC_PAYLOAD_HEADER_BYTES, ia.count,
+        ops, state, a + ZC_PAYLOAD_HEADER_BYTES, alen - ZC_PAYLOAD_HEADER_BYTES,
+        b + ZC_PAYLOAD_HEADER_BYTES, blen - ZC_PAYLOAD_HEADER_BYTES, count,
         out + ZC_PAYLOAD_HEADER_BYTES, cap - ZC_PAYLOAD_HEADER_BYTES, &body_len, &spill);
     if (status == ZC_OK)
-        oob_fit(ops, state, out + ZC_PAYLOAD_HEADER_BYTES, body_len, ia.count, &spill);
+        oob_fit(ops, state, out + ZC_PAYLOAD_HEADER_BYTES, body_len, count, &spill);
     size_t oob_len = zc_oob_size(&spill);
     if (status == ZC_OK && cap - ZC_PAYLOAD_HEADER_BYTES - body_len < oob_len)
         status = ZC_ERR_BUFFER_TOO_SMALL;
     if (status == ZC_OK) {
-        if (dst != a)
-            memcpy(dst, a, ZC_PAYLOAD_HEADER_BYTES);
+        if (out != a)
+            memcpy(out, a, ZC_PAYLOAD_HEADER_BYTES);
         if (spill.n) {
             /* rare: sums past the body's range; the body moves up behind their section */
             memmove(out + ZC_PAYLOAD_HEADER_BYTES + oob_len, out + ZC_PAYLOAD_HEADER_BYTES,
@@ -597,5 +626,41 @@ ZC_EXPORT zc_status_t zc_codec_reduce(zc_codec_state_t *state, const void *a, si
         *len_p = body_len + oob_len + ZC_PAYLOAD_HEADER_BYTES;
     }
     zc_oob_free(&spill);
+    return status;
+}
+
+ZC_EXPORT zc_status_t zc_codec_reduce(zc_codec_state_t *state, const void *a, size_t alen,
+                                      const void *b, size_t blen, void *dst, size_t cap,
+                                      size_t *len_p)
+{
+    zc_payload_info_t ia, ib;
+
+    if (!a || !b || !dst || !len_p)
+        return ZC_ERR_INVALID_ARG;
+    ZC_CHECK(zc_payload_info(a, alen, &ia));
+    ZC_CHECK(zc_payload_info(b, blen, &ib));
+    /* checked before anything is written: dst may alias a or b */
+    ZC_CHECK(payload_open(a, &alen));
+    ZC_CHECK(payload_open(b, &blen));
+    const int crc =
+        ((((const uint8_t *)a)[4] | ((const uint8_t *)b)[4]) & ZC_PAYLOAD_FLAG_CRC) != 0;
+    if (ia.codec != ib.codec || ia.count != ib.count)
+        return ZC_ERR_MISMATCH;
+    const zc_codec_ops_t *ops = zc_codec_ops(ia.codec);
+    if (!ops->reduce)
+        return ZC_ERR_UNSUPPORTED;
+    if (ops->state_init && (!state || state->params.codec != ia.codec || state->count != ia.count))
+        return state ? ZC_ERR_MISMATCH : ZC_ERR_INVALID_ARG;
+    if (cap < ZC_PAYLOAD_HEADER_BYTES + (crc ? ZC_PAYLOAD_CRC_BYTES : 0))
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    if (crc)
+        cap -= ZC_PAYLOAD_CRC_BYTES;
+    zc_status_t status;
+    if ((((const uint8_t *)a)[4] | ((const uint8_t *)b)[4]) & ZC_PAYLOAD_FLAG_OOB)
+        status = reduce_oob(ops, state, a, alen, b, blen, ia.count, dst, cap, len_p);
+    else
+        status = reduce_plain(ops, state, a, alen, b, blen, ia.count, dst, cap, len_p);
+    if (status == ZC_OK && crc)
+        payload_seal(dst, cap + ZC_PAYLOAD_CRC_BYTES, len_p);
     return status;
 }

@@ -13,6 +13,9 @@
  * ZC_PAYLOAD_FLAG_OOB: an out-of-band section follows the header (codec.c,
  * docs/codecs.md "Values out of band"): values the body cannot carry, sent
  * exactly as f32 and added to what the body decodes to.
+ * ZC_PAYLOAD_FLAG_CRC: the payload ends with the CRC-32C (common/crc32c.h,
+ * little-endian) of every byte before it, this flag included (docs/codecs.md
+ * "Payload checksum").
  */
 #ifndef ZC_CODEC_PAYLOAD_H
 #define ZC_CODEC_PAYLOAD_H
@@ -28,8 +31,10 @@
 #define ZC_PAYLOAD_MAGIC1 'C'
 #define ZC_PAYLOAD_VERSION 1
 #define ZC_PAYLOAD_FLAG_OOB 0x01u
+#define ZC_PAYLOAD_FLAG_CRC 0x02u
+#define ZC_PAYLOAD_CRC_BYTES 4
 /* Flags the host decoders understand (codec.c); zc_payload_header_parse accepts none. */
-#define ZC_PAYLOAD_FLAGS_KNOWN ZC_PAYLOAD_FLAG_OOB
+#define ZC_PAYLOAD_FLAGS_KNOWN (ZC_PAYLOAD_FLAG_OOB | ZC_PAYLOAD_FLAG_CRC)
 
 /* Byte by byte: the header may sit at any alignment, on the host or the device. */
 static inline ZC_HD uint32_t zc_payload_ld32(const uint8_t *p)
