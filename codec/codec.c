@@ -335,7 +335,8 @@ static uint64_t clear_nonfinite(float *x, uint64_t n)
  * collects them into @p oob and returns in *src_p the input with 0 at their
  * positions (the residual itself, zeroed there, or a copy in *masked_p).
  * Past the section's cap the rest stay in the input, for the body to carry as
- * it can; *surplus_p says how many.
+ * it can (*surplus_p says how many), unless the codec has a wide body to put
+ * them in after the encode (oob_fit).
  */
 static zc_status_t oob_split(const zc_codec_ops_t *ops, zc_codec_state_t *state, zc_dtype_t dtype,
                              const void **src_p, uint64_t count, zc_oob_t *oob, void **masked_p,
@@ -349,7 +350,7 @@ static zc_status_t oob_split(const zc_codec_ops_t *ops, zc_codec_state_t *state,
     ZC_CHECK(zc_oob_scan(dtype, *src_p, count, ops->oob_limit, ops->oob_finite_only, oob));
     if (oob->n == 0)
         return ZC_OK;
-    if (oob->n > zc_oob_cap(count)) {
+    if (oob->n > zc_oob_cap(count) && !ops->widen) {
         *surplus_p = oob->n - zc_oob_cap(count);
         oob->n = zc_oob_cap(count);
     }
@@ -365,6 +366,30 @@ static zc_status_t oob_split(const zc_codec_ops_t *ops, zc_codec_state_t *state,
     for (uint64_t j = 0; j < oob->n; j++)
         memset(masked + oob->pos[j] * esize, 0, esize);
     *src_p = masked;
+    return ZC_OK;
+}
+
+/*
+ * Keeps a section within its cap: the entries past it go into the body
+ * @p body (*@p body_len_p bytes, room for @p body_cap), non-finite there where
+ * they are (ops->poison); a codec with a wide body takes every entry into
+ * it, exactly, and the section empties.
+ */
+static zc_status_t oob_fit(const zc_codec_ops_t *ops, const zc_codec_state_t *state, uint8_t *body,
+                           size_t *body_len_p, size_t body_cap, uint64_t count, zc_oob_t *oob)
+{
+    const uint64_t cap = zc_oob_cap(count);
+    uint64_t j = cap;
+
+    if (oob->n <= cap)
+        return ZC_OK;
+    if (ops->widen) {
+        ZC_CHECK(ops->widen(body, body_len_p, count, body_cap));
+        j = 0;
+    }
+    for (; j < oob->n; j++)
+        ops->poison(state, body, *body_len_p, count, oob->pos[j], oob->val[j]);
+    oob->n = ops->widen ? 0 : cap;
     return ZC_OK;
 }
 
@@ -434,15 +459,19 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
      */
     ZC_CHECK_GOTO(oob_split(ops, state, dtype, &src, count, &oob, &masked, &surplus), status,
                   err_restore);
-    oob_len = zc_oob_size(&oob);
+    /* past the cap a wide body takes the entries in (oob_fit): no room for a section then */
+    oob_len = oob.n > zc_oob_cap(count) ? 0 : zc_oob_size(&oob);
     if (cap - ZC_PAYLOAD_HEADER_BYTES < oob_len) {
         status = ZC_ERR_BUFFER_TOO_SMALL;
         goto err_restore;
     }
     uint8_t *body = (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES + oob_len;
-    ZC_CHECK_GOTO(ops->encode(params, state, rng, dtype, src, count, body,
-                              cap - ZC_PAYLOAD_HEADER_BYTES - oob_len, &body_len),
+    const size_t body_cap = cap - ZC_PAYLOAD_HEADER_BYTES - oob_len;
+    ZC_CHECK_GOTO(ops->encode(params, state, rng, dtype, src, count, body, body_cap, &body_len),
                   status, err_restore);
+    if (state)
+        state->oob_values += oob.n;
+    ZC_CHECK_GOTO(oob_fit(ops, state, body, &body_len, body_cap, count, &oob), status, err_restore);
     if (residual) {
         ZC_CHECK_GOTO(ops->decode_add(state, body, body_len, residual, count, -1.0f), status,
                       err_free);
@@ -455,8 +484,6 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
         ((uint8_t *)dst)[4] |= ZC_PAYLOAD_FLAG_OOB;
         zc_oob_write(&oob, (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES);
     }
-    if (state)
-        state->oob_values += oob.n;
     *len_p = body_len + oob_len + ZC_PAYLOAD_HEADER_BYTES;
     if (crc)
         payload_seal(dst, cap + crc, len_p); /* cannot fail: its room was kept */
@@ -521,20 +548,6 @@ ZC_EXPORT zc_status_t zc_codec_decode_add(zc_codec_state_t *state, const void *s
     return status;
 }
 
-/*
- * Keeps a reduce's section within its cap: the entries past it go into the
- * body @p body (ops->poison), non-finite there where they are.
- */
-static void oob_fit(const zc_codec_ops_t *ops, const zc_codec_state_t *state, uint8_t *body,
-                    size_t body_len, uint64_t count, zc_oob_t *oob)
-{
-    const uint64_t cap = zc_oob_cap(count);
-    for (uint64_t j = cap; j < oob->n; j++)
-        ops->poison(state, body, body_len, count, oob->pos[j], oob->val[j]);
-    if (oob->n > cap)
-        oob->n = cap;
-}
-
 /* The codec's reduce of two bodies; a body narrower than f32 spills sums it cannot hold. */
 static zc_status_t body_reduce(const zc_codec_ops_t *ops, zc_codec_state_t *state, const uint8_t *a,
                                size_t alen, const uint8_t *b, size_t blen, uint64_t count,
@@ -574,7 +587,7 @@ static zc_status_t reduce_oob(const zc_codec_ops_t *ops, zc_codec_state_t *state
                   status, out);
     ZC_CHECK_GOTO(zc_oob_merge(&oa, &ob, &ab), status, out);
     ZC_CHECK_GOTO(zc_oob_merge(&ab, &spill, &sum), status, out);
-    oob_fit(ops, state, scratch, body_len, count, &sum);
+    ZC_CHECK_GOTO(oob_fit(ops, state, scratch, &body_len, body_cap, count, &sum), status, out);
     size_t oob_len = zc_oob_size(&sum);
     if (body_cap - body_len < oob_len) {
         status = ZC_ERR_BUFFER_TOO_SMALL;
@@ -609,7 +622,8 @@ static zc_status_t reduce_plain(const zc_codec_ops_t *ops, zc_codec_state_t *sta
         b + ZC_PAYLOAD_HEADER_BYTES, blen - ZC_PAYLOAD_HEADER_BYTES, count,
         out + ZC_PAYLOAD_HEADER_BYTES, cap - ZC_PAYLOAD_HEADER_BYTES, &body_len, &spill);
     if (status == ZC_OK)
-        oob_fit(ops, state, out + ZC_PAYLOAD_HEADER_BYTES, body_len, count, &spill);
+        status = oob_fit(ops, state, out + ZC_PAYLOAD_HEADER_BYTES, &body_len,
+                         cap - ZC_PAYLOAD_HEADER_BYTES, count, &spill);
     size_t oob_len = zc_oob_size(&spill);
     if (status == ZC_OK && cap - ZC_PAYLOAD_HEADER_BYTES - body_len < oob_len)
         status = ZC_ERR_BUFFER_TOO_SMALL;

@@ -152,6 +152,14 @@ typedef struct zc_codec_ops {
      */
     void (*poison)(const zc_codec_state_t *state, uint8_t *body, size_t len, uint64_t count,
                    uint64_t pos, float val);
+    /*
+     * Codecs whose body has a wide form (fp16: f32 values, 4 count bytes, told
+     * apart by its length): rewrites the body of *@p len_p bytes at @p body in
+     * that form, in place (@p cap bytes there). Past the section's cap, encode
+     * and reduce then add every entry to the wide body (poison, exact there)
+     * instead of losing them: no finite f32 sum becomes an infinity.
+     */
+    zc_status_t (*widen)(uint8_t *body, size_t *len_p, uint64_t count, size_t cap);
     /* Codec-owned state: set state->priv. NULL: the codec has none. */
     zc_status_t (*state_init)(zc_codec_state_t *state);
     void (*state_fini)(zc_codec_state_t *state);

@@ -36,9 +36,15 @@ static zc_half_format_t format_of(const zc_codec_params_t *params)
     return params->codec == ZC_CODEC_BF16 ? ZC_HALF_BF16 : ZC_HALF_F16;
 }
 
+/*
+ * fp16's body has a wide form, f32 values (4 count bytes), which encode and
+ * reduce write when more finite values or sums than a section holds are past
+ * binary16's range (codec.c, oob_fit): the bound has room for it.
+ */
 static size_t half_bound(const zc_codec_params_t *params, uint64_t count)
 {
-    return count > SIZE_MAX / 2 ? SIZE_MAX : (size_t)count * 2;
+    const size_t width = format_of(params) == ZC_HALF_F16 ? 4 : 2;
+    return count > SIZE_MAX / width ? SIZE_MAX : (size_t)count * width;
 }
 
 /* The body is little-endian; on a little-endian host the values are copied as they are. */
@@ -90,9 +96,74 @@ static int body_len_ok(size_t len, uint64_t count)
     return count <= SIZE_MAX / 2 && len == (size_t)count * 2;
 }
 
+/* An fp16 body in its wide form: f32 values. */
+static int wide(zc_half_format_t format, size_t len, uint64_t count)
+{
+    return format == ZC_HALF_F16 && count > 0 && count <= SIZE_MAX / 4 && len == (size_t)count * 4;
+}
+
+static float wide_at(const uint8_t *body, size_t i)
+{
+    return zc_f32_from_bits(zc_half_load_le16(body + 4 * i) |
+                            (uint32_t)zc_half_load_le16(body + 4 * i + 2) << 16);
+}
+
+static void wide_store(uint8_t *body, size_t i, float v)
+{
+    uint32_t u = zc_f32_bits(v);
+    zc_half_store_le16(body + 4 * i, (uint16_t)u);
+    zc_half_store_le16(body + 4 * i + 2, (uint16_t)(u >> 16));
+}
+
+/* Value @p i of a body, narrow or wide. */
+static float body_at(zc_half_format_t format, const uint8_t *body, size_t len, uint64_t count,
+                     size_t i)
+{
+    if (wide(format, len, count))
+        return wide_at(body, i);
+    uint16_t h = zc_half_load_le16(body + 2 * i);
+    return format == ZC_HALF_BF16 ? zc_bf16_to_f32(h) : zc_f16_to_f32(h);
+}
+
+/*
+ * a + b in f32 into a wide body at @p dst, which may alias either: from the
+ * last value down, so that no value is overwritten before it is read.
+ */
+static zc_status_t reduce_wide(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen,
+                               uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
+{
+    if (cap / 4 < count)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    for (size_t i = (size_t)count; i-- > 0;)
+        wide_store(dst, i,
+                   body_at(ZC_HALF_F16, a, alen, count, i) +
+                       body_at(ZC_HALF_F16, b, blen, count, i));
+    *len_p = (size_t)count * 4;
+    return ZC_OK;
+}
+
+static zc_status_t f16_widen(uint8_t *body, size_t *len_p, uint64_t count, size_t cap)
+{
+    if (count == 0 || wide(ZC_HALF_F16, *len_p, count))
+        return ZC_OK;
+    if (!body_len_ok(*len_p, count))
+        return ZC_ERR_CORRUPT;
+    if (cap / 4 < count)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    for (size_t i = (size_t)count; i-- > 0;) /* in place: last value first */
+        wide_store(body, i, zc_f16_to_f32(zc_half_load_le16(body + 2 * i)));
+    *len_p = (size_t)count * 4;
+    return ZC_OK;
+}
+
 static zc_status_t half_decode_add_as(zc_half_format_t format, const uint8_t *body, size_t len,
                                       float *dst, uint64_t count, float alpha)
 {
+    if (wide(format, len, count)) {
+        for (size_t i = 0; i < (size_t)count; i++)
+            dst[i] += alpha * wide_at(body, i);
+        return ZC_OK;
+    }
     if (!body_len_ok(len, count))
         return ZC_ERR_CORRUPT;
     if (count > 0)
@@ -104,6 +175,11 @@ static zc_status_t half_reduce_as(zc_half_format_t format, const uint8_t *a, siz
                                   const uint8_t *b, size_t blen, uint64_t count, uint8_t *dst,
                                   size_t cap, size_t *len_p)
 {
+    if (wide(format, alen, count) || wide(format, blen, count))
+        return (wide(format, alen, count) || body_len_ok(alen, count)) &&
+                       (wide(format, blen, count) || body_len_ok(blen, count))
+                   ? reduce_wide(a, alen, b, blen, count, dst, cap, len_p)
+                   : ZC_ERR_CORRUPT;
     if (!body_len_ok(alen, count) || !body_len_ok(blen, count))
         return ZC_ERR_CORRUPT;
     if (cap < alen)
@@ -163,6 +239,8 @@ static zc_status_t half_reduce_spill_as(zc_half_format_t format, const uint8_t *
     const uint16_t inf = format == ZC_HALF_BF16 ? 0x7f80u : 0x7c00u;
     uint8_t tmp[2 * HALF_CROSS_BLOCK];
 
+    if (wide(format, alen, count) || wide(format, blen, count)) /* f32 sums: nothing spills */
+        return half_reduce_as(format, a, alen, b, blen, count, dst, cap, len_p);
     if (!body_len_ok(alen, count) || !body_len_ok(blen, count))
         return ZC_ERR_CORRUPT;
     if (cap < alen)
@@ -224,7 +302,10 @@ static void half_poison_as(zc_half_format_t format, uint8_t *body, uint64_t pos,
 static void f16_poison(const zc_codec_state_t *state, uint8_t *body, size_t len, uint64_t count,
                        uint64_t pos, float val)
 {
-    half_poison_as(ZC_HALF_F16, body, pos, val);
+    if (wide(ZC_HALF_F16, len, count))
+        wide_store(body, (size_t)pos, wide_at(body, (size_t)pos) + val); /* exact as f32 adds */
+    else
+        half_poison_as(ZC_HALF_F16, body, pos, val);
 }
 
 static void bf16_poison(const zc_codec_state_t *state, uint8_t *body, size_t len, uint64_t count,
@@ -283,6 +364,7 @@ const zc_codec_ops_t zc_codec_fp16_ops = {
     .reduce = f16_reduce,
     .reduce_spill = f16_reduce_spill,
     .poison = f16_poison,
+    .widen = f16_widen,
 };
 
 const zc_codec_ops_t zc_codec_bf16_ops = {

@@ -397,7 +397,10 @@ Test(nonfinite, nan_past_the_cap)
     }
 }
 
-/* fp16: finite values past 65504 beyond the cap take the cast's infinity, in encode and reduce. */
+/*
+ * fp16: more finite values past 65504 than a section holds, in encode and in
+ * reduce: the body goes wide (f32) and every value is exact.
+ */
 Test(nonfinite, fp16_past_the_cap)
 {
     codec_run_t r;
@@ -410,23 +413,32 @@ Test(nonfinite, fp16_past_the_cap)
     for (int j = 0; j < MANY; j++)
         x[j * 25] = 1e5f;
     run_call(&r, x, 0, out);
-    cr_assert_eq(section_entries(r.buf), CAP);
+    cr_assert_eq(section_entries(r.buf), 0);
+    cr_assert_eq(r.len, 16 + 4 * N, "the wide body");
     for (int j = 0; j < MANY; j++)
-        cr_assert_eq(out[j * 25], j < CAP ? 1e5f : INFINITY, "value %d: %g", j, out[j * 25]);
+        cr_assert_eq(out[j * 25], 1e5f, "value %d: %g", j, out[j * 25]);
 
-    /* sums past the range: 40000 + 40000 at MANY positions, only CAP of them in the section */
+    /* sums past the range: 40000 + 40000 at MANY positions */
     fill(x, N, 9);
     for (int j = 0; j < MANY; j++)
         x[j * 25] = 40000.0f;
     run_call(&r, x, 1, out);
-    cr_assert_eq(section_entries(r.buf), 0);
+    cr_assert_eq(r.len, 16 + 2 * N, "nothing spills in one payload");
     sum = malloc(r.cap);
     cr_assert_eq(zc_codec_reduce(NULL, r.buf, r.len, r.buf, r.len, sum, r.cap, &slen), ZC_OK);
-    cr_assert_eq(section_entries(sum), CAP);
+    cr_assert_eq(slen, 16 + 4 * N, "the sum goes wide");
     memset(out, 0, sizeof(out));
     cr_assert_eq(zc_codec_decode_add(NULL, sum, slen, out, N), ZC_OK);
     for (int j = 0; j < MANY; j++)
-        cr_assert_eq(out[j * 25], j < CAP ? 80000.0f : INFINITY, "sum %d: %g", j, out[j * 25]);
+        cr_assert_eq(out[j * 25], 80000.0f, "sum %d: %g", j, out[j * 25]);
+    /* a wide payload reduces with a narrow one: wide, f32 sums */
+    uint8_t *sum2 = malloc(r.cap);
+    cr_assert_eq(zc_codec_reduce(NULL, sum, slen, r.buf, r.len, sum2, r.cap, &slen), ZC_OK);
+    memset(out, 0, sizeof(out));
+    cr_assert_eq(zc_codec_decode_add(NULL, sum2, slen, out, N), ZC_OK);
+    for (int j = 0; j < MANY; j++)
+        cr_assert_eq(out[j * 25], 120000.0f, "sum %d: %g", j, out[j * 25]);
+    free(sum2);
     free(sum);
     run_fini(&r);
 }
