@@ -157,50 +157,86 @@ typedef float gvq_vec_t __attribute__((vector_size(GVQ_LANES * sizeof(float))));
 #endif
 
 /*
+ * 16-value vector loads and stores of floats at any alignment (macros: a
+ * function returning a vector would have another ABI in each clone).
+ */
+#define GVQ_LOAD(v, p) memcpy(&(v), (p), sizeof(gvq_vec_t))
+#define GVQ_STORE(p, v) memcpy((p), &(v), sizeof(gvq_vec_t))
+
+/*
  * dst += alpha ([c | share] [U | mu]^T) for @p rows slices: @p lifted_t is
  * [U | mu] transposed ((d + 1) x K), each value summed over t = 0..d in that
  * order, in f32. A BLAS sgemm picks its kernel, blocking and summation order
  * by CPU type (OPENBLAS_CORETYPE), so ranks on different CPUs decoded the same
  * payload to other bits; this loop gives the same bits on every CPU level.
- * Encode may use sgemm: every rank decodes the one payload it produced.
+ * Two slices at a time, 64 values each step: eight independent sums share
+ * each load of the basis, so that the adds' latency overlaps. Encode may use
+ * sgemm: every rank decodes the same payload bytes.
+ * @p ct: room for 2 (d + 1) coefficients.
  */
 GVQ_CLONES static void expand_rows(const uint8_t *coef, size_t rows, uint32_t k, uint32_t d,
                                    float share, const float *restrict lifted_t, float alpha,
                                    float *restrict ct, float *restrict dst)
 {
-    for (size_t r = 0; r < rows; r++) {
+    float *ct1 = ct + d + 1;
+    for (size_t r = 0; r < rows; r += 2) {
+        const int two = r + 1 < rows;
         memcpy(ct, coef + r * d * 4, (size_t)d * 4);
         ct[d] = share;
-        float *out = dst + r * k;
+        memcpy(ct1, coef + (r + two) * d * 4, (size_t)d * 4); /* the same slice when one */
+        ct1[d] = share;
+        float *out0 = dst + r * k, *out1 = dst + (r + two) * k;
         uint32_t j0 = 0;
-        /* four independent sums at a time, so that the adds overlap */
         for (; j0 + 4 * GVQ_LANES <= k; j0 += 4 * GVQ_LANES) {
-            gvq_vec_t a[4] = {{0}}, row[4], o[4];
+            gvq_vec_t a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            gvq_vec_t b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
             for (uint32_t t = 0; t <= d; t++) {
-                memcpy(row, lifted_t + (size_t)t * k + j0, sizeof(row));
-                for (int q = 0; q < 4; q++)
-                    a[q] += ct[t] * row[q];
+                const float *row = lifted_t + (size_t)t * k + j0, x = ct[t], y = ct1[t];
+                gvq_vec_t r0, r1, r2, r3;
+                GVQ_LOAD(r0, row);
+                GVQ_LOAD(r1, row + GVQ_LANES);
+                GVQ_LOAD(r2, row + 2 * GVQ_LANES);
+                GVQ_LOAD(r3, row + 3 * GVQ_LANES);
+                a0 += x * r0;
+                a1 += x * r1;
+                a2 += x * r2;
+                a3 += x * r3;
+                b0 += y * r0;
+                b1 += y * r1;
+                b2 += y * r2;
+                b3 += y * r3;
             }
-            memcpy(o, out + j0, sizeof(o));
-            for (int q = 0; q < 4; q++)
-                o[q] += alpha * a[q];
-            memcpy(out + j0, o, sizeof(o));
-        }
-        for (; j0 + GVQ_LANES <= k; j0 += GVQ_LANES) {
-            gvq_vec_t a = {0}, row, o;
-            for (uint32_t t = 0; t <= d; t++) {
-                memcpy(&row, lifted_t + (size_t)t * k + j0, sizeof(row));
-                a += ct[t] * row;
+            gvq_vec_t *acc[2][4] = {{&a0, &a1, &a2, &a3}, {&b0, &b1, &b2, &b3}};
+            for (int s = 0; s <= two; s++) {
+                float *o = (s ? out1 : out0) + j0;
+                for (int q = 0; q < 4; q++) {
+                    gvq_vec_t v;
+                    GVQ_LOAD(v, o + q * GVQ_LANES);
+                    v += alpha * *acc[s][q];
+                    GVQ_STORE(o + q * GVQ_LANES, v);
+                }
             }
-            memcpy(&o, out + j0, sizeof(o));
-            o += alpha * a;
-            memcpy(out + j0, &o, sizeof(o));
         }
-        for (uint32_t j = j0; j < k; j++) {
-            float a = 0;
-            for (uint32_t t = 0; t <= d; t++)
-                a += ct[t] * lifted_t[(size_t)t * k + j];
-            out[j] += alpha * a;
+        for (int s = 0; s <= two; s++) {
+            const float *c = s ? ct1 : ct;
+            float *out = s ? out1 : out0;
+            uint32_t j = j0;
+            for (; j + GVQ_LANES <= k; j += GVQ_LANES) {
+                gvq_vec_t acc = {0}, v;
+                for (uint32_t t = 0; t <= d; t++) {
+                    GVQ_LOAD(v, lifted_t + (size_t)t * k + j);
+                    acc += c[t] * v;
+                }
+                GVQ_LOAD(v, out + j);
+                v += alpha * acc;
+                GVQ_STORE(out + j, v);
+            }
+            for (; j < k; j++) {
+                float acc = 0;
+                for (uint32_t t = 0; t <= d; t++)
+                    acc += c[t] * lifted_t[(size_t)t * k + j];
+                out[j] += alpha * acc;
+            }
         }
     }
 }
@@ -317,10 +353,10 @@ static zc_status_t gradiveq_decode_add(zc_codec_state_t *state, const uint8_t *b
     const uint64_t slices = count / k;
     const float share = (float)((double)h.contributions / h.ranks);
     if (slices) {
-        float *lifted_t = scratch(g, (size_t)k * (d + 1) + d + 1);
+        float *lifted_t = scratch(g, (size_t)k * (d + 1) + 2 * (d + 1));
         if (!lifted_t)
             return ZC_ERR_NO_MEMORY;
-        float *acc = lifted_t + (size_t)k * (d + 1); /* the slice's d + 1 coefficients */
+        float *acc = lifted_t + (size_t)k * (d + 1); /* two slices' d + 1 coefficients */
         for (uint32_t j = 0; j < k; j++)
             for (uint32_t t = 0; t <= d; t++)
                 lifted_t[(size_t)t * k + j] = g->lifted_basis[(size_t)j * (d + 1) + t];
