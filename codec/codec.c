@@ -457,21 +457,50 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
      * (minus what the body decodes to at a 0, exact), never an infinity or a
      * NaN that would come back at every later call.
      */
-    ZC_CHECK_GOTO(oob_split(ops, state, dtype, &src, count, &oob, &masked, &surplus), status,
-                  err_restore);
-    /* past the cap a wide body takes the entries in (oob_fit): no room for a section then */
-    oob_len = oob.n > zc_oob_cap(count) ? 0 : zc_oob_size(&oob);
-    if (cap - ZC_PAYLOAD_HEADER_BYTES < oob_len) {
-        status = ZC_ERR_BUFFER_TOO_SMALL;
-        goto err_restore;
+    uint8_t *body;
+    if (ops->encode_spill) {
+        /* the codec finds them itself, body first; the section then goes in front of it */
+        body = (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES;
+        const size_t body_cap = cap - ZC_PAYLOAD_HEADER_BYTES;
+        surplus = 0;
+        if (residual) {
+            status = ZC_ERR_INTERNAL; /* encode_spill codecs keep no residual */
+            goto err_free;
+        }
+        ZC_CHECK_GOTO(ops->encode_spill(params, state, rng, dtype, src, count, body, body_cap,
+                                        &body_len, &oob),
+                      status, err_free);
+        if (state)
+            state->oob_values += oob.n;
+        ZC_CHECK_GOTO(oob_fit(ops, state, body, &body_len, body_cap, count, &oob), status,
+                      err_free);
+        oob_len = zc_oob_size(&oob);
+        if (body_cap - body_len < oob_len) {
+            status = ZC_ERR_BUFFER_TOO_SMALL;
+            goto err_free;
+        }
+        if (oob_len) {
+            memmove(body + oob_len, body, body_len);
+            body += oob_len;
+        }
+    } else {
+        ZC_CHECK_GOTO(oob_split(ops, state, dtype, &src, count, &oob, &masked, &surplus), status,
+                      err_restore);
+        /* past the cap a wide body takes the entries in (oob_fit): no room for a section then */
+        oob_len = oob.n > zc_oob_cap(count) ? 0 : zc_oob_size(&oob);
+        if (cap - ZC_PAYLOAD_HEADER_BYTES < oob_len) {
+            status = ZC_ERR_BUFFER_TOO_SMALL;
+            goto err_restore;
+        }
+        body = (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES + oob_len;
+        const size_t body_cap = cap - ZC_PAYLOAD_HEADER_BYTES - oob_len;
+        ZC_CHECK_GOTO(ops->encode(params, state, rng, dtype, src, count, body, body_cap, &body_len),
+                      status, err_restore);
+        if (state)
+            state->oob_values += oob.n;
+        ZC_CHECK_GOTO(oob_fit(ops, state, body, &body_len, body_cap, count, &oob), status,
+                      err_restore);
     }
-    uint8_t *body = (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES + oob_len;
-    const size_t body_cap = cap - ZC_PAYLOAD_HEADER_BYTES - oob_len;
-    ZC_CHECK_GOTO(ops->encode(params, state, rng, dtype, src, count, body, body_cap, &body_len),
-                  status, err_restore);
-    if (state)
-        state->oob_values += oob.n;
-    ZC_CHECK_GOTO(oob_fit(ops, state, body, &body_len, body_cap, count, &oob), status, err_restore);
     if (residual) {
         ZC_CHECK_GOTO(ops->decode_add(state, body, body_len, residual, count, -1.0f), status,
                       err_free);

@@ -131,6 +131,17 @@ typedef struct zc_codec_ops {
      */
     zc_status_t (*decode_add)(zc_codec_state_t *state, const uint8_t *body, size_t len, float *dst,
                               uint64_t count, float alpha);
+    /*
+     * encode for a codec that finds its own values out of band (fp16, bf16:
+     * where the cast overflows, seen in the body block just written, with no
+     * second pass over the input): writes 0 there in the body and appends
+     * the values to @p spill, in position order. Used in place of the scan
+     * and encode when set; such a codec keeps no error-feedback residual.
+     */
+    zc_status_t (*encode_spill)(const zc_codec_params_t *params, zc_codec_state_t *state,
+                                const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                                uint64_t count, uint8_t *dst, size_t cap, size_t *len_p,
+                                struct zc_oob *spill);
     /* Linear codecs: body a + body b into dst (which may alias a or b). NULL: not linear. */
     zc_status_t (*reduce)(zc_codec_state_t *state, const uint8_t *a, size_t alen, const uint8_t *b,
                           size_t blen, uint64_t count, uint8_t *dst, size_t cap, size_t *len_p);

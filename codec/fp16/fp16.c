@@ -227,6 +227,44 @@ static int sum_fits(zc_half_format_t format, const uint8_t *a, const uint8_t *b)
 }
 
 /*
+ * half_encode, then a look at each block of the body for the values that
+ * spill: an infinity where the input is finite (the cast overflowed) becomes
+ * 0 in the body and its f32 value goes to @p spill. The body's block is still
+ * in cache, and a block without an infinity (the common case) costs one
+ * vectorized max: no second pass over the input.
+ */
+static zc_status_t half_encode_spill(const zc_codec_params_t *params, zc_codec_state_t *state,
+                                     const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                                     uint64_t count, uint8_t *dst, size_t cap, size_t *len_p,
+                                     struct zc_oob *spill)
+{
+    const zc_half_format_t format = format_of(params);
+    const uint16_t inf = format == ZC_HALF_BF16 ? 0x7f80u : 0x7c00u;
+    const size_t esize = zc_dtype_size(dtype);
+
+    ZC_CHECK(half_encode(params, state, rng, dtype, src, count, dst, cap, len_p));
+    if (dtype == (format == ZC_HALF_BF16 ? ZC_DTYPE_BF16 : ZC_DTYPE_F16))
+        return ZC_OK; /* copied as it is: nothing overflowed */
+    for (size_t i = 0; i < (size_t)count; i += HALF_CROSS_BLOCK) {
+        const size_t m = ZC_MIN((size_t)count - i, (size_t)HALF_CROSS_BLOCK);
+        if (m == HALF_CROSS_BLOCK && block_max_bits(dst + 2 * i) < inf)
+            continue;
+        for (size_t j = 0; j < m; j++) {
+            uint16_t h = zc_half_load_le16(dst + 2 * (i + j));
+            if ((h & 0x7fffu) != inf)
+                continue;
+            float v;
+            zc_dtype_to_f32(dtype, (const uint8_t *)src + (i + j) * esize, 1, &v);
+            if (!isfinite(v))
+                continue; /* an infinity in, an infinity out */
+            ZC_CHECK(zc_oob_push(spill, i + j, v));
+            zc_half_store_le16(dst + 2 * (i + j), 0);
+        }
+    }
+    return ZC_OK;
+}
+
+/*
  * half_reduce_as, a block at a time through a scratch block (dst may alias a
  * or b, whose values the spill needs): a sum that rounds to an infinity
  * while neither value is one leaves 0 in the body and its f32 sum in @p spill.
@@ -360,6 +398,7 @@ const zc_codec_ops_t zc_codec_fp16_ops = {
     .nominal_reduce_bw = 10e9,
     .bound = half_bound,
     .encode = half_encode,
+    .encode_spill = half_encode_spill,
     .decode_add = f16_decode_add,
     .reduce = f16_reduce,
     .reduce_spill = f16_reduce_spill,
@@ -380,6 +419,7 @@ const zc_codec_ops_t zc_codec_bf16_ops = {
     .nominal_reduce_bw = 10e9,
     .bound = half_bound,
     .encode = half_encode,
+    .encode_spill = half_encode_spill,
     .decode_add = bf16_decode_add,
     .reduce = bf16_reduce,
     .reduce_spill = bf16_reduce_spill,
