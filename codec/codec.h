@@ -133,8 +133,8 @@ typedef struct zc_codec_ops {
                               uint64_t count, float alpha);
     /*
      * encode for a codec that finds its own values out of band (fp16, bf16:
-     * where the cast overflows, seen in the body block just written, with no
-     * second pass over the input): writes 0 there in the body and appends
+     * where the cast overflowed, seen in the body written, which is half the
+     * input's bytes to read again): writes 0 there in the body and appends
      * the values to @p spill, in position order. Used in place of the scan
      * and encode when set; such a codec keeps no error-feedback residual.
      */

@@ -229,9 +229,9 @@ static int sum_fits(zc_half_format_t format, const uint8_t *a, const uint8_t *b)
 /*
  * half_encode, then a look at each block of the body for the values that
  * spill: an infinity where the input is finite (the cast overflowed) becomes
- * 0 in the body and its f32 value goes to @p spill. The body's block is still
- * in cache, and a block without an infinity (the common case) costs one
- * vectorized max: no second pass over the input.
+ * 0 in the body and its f32 value goes to @p spill. The pass reads the body,
+ * half the input's bytes, and a block without an infinity (the common case)
+ * costs one vectorized max; the input is read again only where one is.
  */
 static zc_status_t half_encode_spill(const zc_codec_params_t *params, zc_codec_state_t *state,
                                      const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
