@@ -19,6 +19,7 @@
  */
 #include "common/config.h"
 #include "common/cpu.h"
+#include "common/crc32c.h"
 #include "common/philox.h"
 #include "common/timer.h"
 
@@ -48,6 +49,7 @@ typedef struct setting {
     double topk_density;
     zc_topk_values_t topk_values;
     uint32_t gradiveq_dim;
+    int checksum; /* ZIPCCL_CHECKSUM: a CRC-32C trailer */
 } setting_t;
 
 static const setting_t settings[] = {
@@ -77,6 +79,8 @@ static const setting_t settings[] = {
      .qsgd_scale = ZC_QSGD_SCALE_L2,
      .qsgd_coding = ZC_QSGD_CODING_ELIAS},
     {.name = "qsgd-4bit-d512-ef", .codec = ZC_CODEC_QSGD, .qsgd_bits = 4, .qsgd_ef = 1},
+    {.name = "qsgd-4bit-d512-crc", .codec = ZC_CODEC_QSGD, .qsgd_bits = 4, .checksum = 1},
+    {.name = "bf16-crc", .codec = ZC_CODEC_BF16, .checksum = 1},
     {.name = "topk-1pct-f32", .codec = ZC_CODEC_TOPK},
     {.name = "topk-1pct-f16", .codec = ZC_CODEC_TOPK, .topk_values = ZC_TOPK_VALUES_F16},
     {.name = "topk-0.1pct-f32", .codec = ZC_CODEC_TOPK, .topk_density = 0.001},
@@ -102,6 +106,7 @@ static zc_codec_params_t setting_params(const setting_t *st)
     p.topk.values = st->topk_values;
     p.gradiveq.dim = st->gradiveq_dim;
     p.gradiveq.ranks = 2; /* reduce sums a payload with itself: two contributions */
+    p.checksum = (uint32_t)st->checksum;
     return p;
 }
 
@@ -130,6 +135,22 @@ static void fill_gaussian(float *x, size_t n)
                 x[i + j + 1] = (float)(r * sin(2 * M_PI * u2));
         }
     }
+}
+
+/* GB/s of ZIPCCL_CHECKSUM's CRC-32C over @p bytes (the cost a checksum adds per payload byte). */
+static double bench_crc32c(const void *src, size_t bytes, int reps)
+{
+    double best = 1e30;
+    volatile uint32_t sink = 0;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = now_s();
+        sink ^= zc_crc32c(src, bytes);
+        double t = now_s() - t0;
+        if (r > 0 && t < best)
+            best = t;
+    }
+    (void)sink;
+    return bytes / best * 1e-9;
 }
 
 static double bench_memcpy(void *dst, const void *src, size_t bytes, int reps)
@@ -568,13 +589,16 @@ int main(int argc, char **argv)
     memset(payload, 0, cap);
     memset(reduced, 0, cap);
     double memcpy_gbs = bench_memcpy(out, x, n * sizeof(float), reps);
+    double crc_gbs = bench_crc32c(x, n * sizeof(float), reps);
 
     if (!json)
         printf("codec_bench: %zu MiB f32 N(0,1), best of %d, one core, cpu %s\n"
-               "memcpy %.2f GB/s (baseline, same run); GB/s count f32 input bytes\n\n"
+               "memcpy %.2f GB/s (baseline, same run); GB/s count f32 input bytes\n"
+               "crc32c %.2f GB/s (%.3f x memcpy; ZIPCCL_CHECKSUM, per payload byte)\n\n"
                "%-24s %9s %7s %9s %7s %9s %7s %10s %9s\n",
-               mib, reps, zc_cpu_level_name(zc_cpu_level()), memcpy_gbs, "setting", "enc GB/s",
-               "x mcpy", "dec GB/s", "x mcpy", "red GB/s", "x mcpy", "bits/coord", "rel err");
+               mib, reps, zc_cpu_level_name(zc_cpu_level()), memcpy_gbs, crc_gbs,
+               crc_gbs / memcpy_gbs, "setting", "enc GB/s", "x mcpy", "dec GB/s", "x mcpy",
+               "red GB/s", "x mcpy", "bits/coord", "rel err");
     int failed = 0;
     for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
         const setting_t *st = &settings[i];

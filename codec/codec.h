@@ -25,11 +25,13 @@
 struct zc_codec_state {
     zc_codec_params_t params;
     uint64_t count;
-    float *residual; /* count values when error feedback is on, else NULL */
-    void *priv;      /* the codec's own, from ops->state_init */
+    float *residual;     /* count values when error feedback is on, else NULL */
+    void *priv;          /* the codec's own, from ops->state_init */
+    uint64_t oob_values; /* values sent out of band by encodes with this state, in total */
 };
 
 struct zc_config;
+struct zc_oob;
 
 /*
  * One field of a codec's parameters (its sub-struct of zc_codec_params_t).
@@ -46,9 +48,10 @@ typedef struct zc_codec_field {
     size_t offset, size;
     zc_codec_field_kind_t kind;
     /*
-     * Part of the payload format: every rank must use the same value (the call
-     * header's hash covers it). Error feedback, for one, is not: it changes
-     * what a rank keeps, not what it sends.
+     * Changes the payloads: every rank must use the same value (the call
+     * header's hash covers it). Error feedback does: a rank with it sends
+     * g + r, where its peers, expecting none, would sum estimates of g, and
+     * one rank's silently different setting is a wrong sum, not an error.
      */
     int wire;
 } zc_codec_field_t;
@@ -63,6 +66,15 @@ typedef struct zc_codec_ops {
     const char *name;
     zc_codec_id_t id;
     unsigned caps; /* ZC_CODEC_CAP_*; LINEAR exactly when reduce is set */
+    /*
+     * Input values v with !(|v| < oob_limit) (NaN, infinities, magnitudes the
+     * body cannot carry) are sent out of band, exactly (oob.h); the codec sees
+     * 0 there. 0: the body carries every value itself (none).
+     */
+    float oob_limit;
+    /* Non-zero: NaN and infinities stay in the body (which carries them exactly); only finite
+     * values past oob_limit go out of band. */
+    int oob_finite_only;
 
     /* The codec's parameter fields. NULL/0: it has none. */
     const zc_codec_field_t *fields;
@@ -119,9 +131,46 @@ typedef struct zc_codec_ops {
      */
     zc_status_t (*decode_add)(zc_codec_state_t *state, const uint8_t *body, size_t len, float *dst,
                               uint64_t count, float alpha);
+    /*
+     * encode for a codec that finds its own values out of band (fp16, bf16:
+     * where the cast overflowed, seen in the body written, which is half the
+     * input's bytes to read again): writes 0 there in the body and appends
+     * the values to @p spill, in position order. Used in place of the scan
+     * and encode when set; such a codec keeps no error-feedback residual.
+     */
+    zc_status_t (*encode_spill)(const zc_codec_params_t *params, zc_codec_state_t *state,
+                                const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                                uint64_t count, uint8_t *dst, size_t cap, size_t *len_p,
+                                struct zc_oob *spill);
     /* Linear codecs: body a + body b into dst (which may alias a or b). NULL: not linear. */
     zc_status_t (*reduce)(zc_codec_state_t *state, const uint8_t *a, size_t alen, const uint8_t *b,
                           size_t blen, uint64_t count, uint8_t *dst, size_t cap, size_t *len_p);
+    /*
+     * reduce for a body narrower than f32 (fp16, bf16): where the two values'
+     * sum is finite in f32 but not in the body's format, writes 0 in the body
+     * and appends the f32 sum to @p spill (oob.h), in position order, so that
+     * no finite sum overflows. Used in place of reduce when set.
+     */
+    zc_status_t (*reduce_spill)(zc_codec_state_t *state, const uint8_t *a, size_t alen,
+                                const uint8_t *b, size_t blen, uint64_t count, uint8_t *dst,
+                                size_t cap, size_t *len_p, struct zc_oob *spill);
+    /*
+     * Linear codecs with a section (oob_limit > 0): adds @p val at @p pos into
+     * the body @p body (@p len bytes, checked by reduce) as well as its format
+     * can, when a reduce's section is past its cap: a value past the format's
+     * range becomes an infinity, and GradiVeQ turns the position's slice into
+     * NaN. Non-finite either way where the sum is.
+     */
+    void (*poison)(const zc_codec_state_t *state, uint8_t *body, size_t len, uint64_t count,
+                   uint64_t pos, float val);
+    /*
+     * Codecs whose body has a wide form (fp16: f32 values, 4 count bytes, told
+     * apart by its length): rewrites the body of *@p len_p bytes at @p body in
+     * that form, in place (@p cap bytes there). Past the section's cap, encode
+     * and reduce then add every entry to the wide body (poison, exact there)
+     * instead of losing them: no finite f32 sum becomes an infinity.
+     */
+    zc_status_t (*widen)(uint8_t *body, size_t *len_p, uint64_t count, size_t cap);
     /* Codec-owned state: set state->priv. NULL: the codec has none. */
     zc_status_t (*state_init)(zc_codec_state_t *state);
     void (*state_fini)(zc_codec_state_t *state);

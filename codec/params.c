@@ -14,6 +14,7 @@ zc_status_t zc_codec_params_from_config(const zc_config_t *cfg, zc_codec_id_t co
         if (ops->params_from_config)
             ops->params_from_config(cfg, &p);
     }
+    p.checksum = cfg->checksum ? 1 : 0; /* every codec's payloads alike */
     ZC_CHECK(zc_codec_params_check(&p));
     *params_p = p;
     return ZC_OK;

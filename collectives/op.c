@@ -329,7 +329,8 @@ void zc_coll_defer_free(zc_coll_op_t *op, void *ptr)
  * ZC_TEST_FAULT=RANK:CALL:KIND (the tests' build only): the first data
  * send of rank RANK in its call number CALL (op->seq, from 0) carries a bad
  * payload: "short" sends half of it, "long" 2 MiB more than it (more than any
- * receive buffer), "corrupt" inverts its first 16 bytes (a codec's header).
+ * receive buffer), "corrupt" inverts its first 16 bytes (a codec's header),
+ * "flip" one bit three quarters in (a body, as a bad link would).
  */
 static zc_status_t fault_isend(zc_coll_op_t *op, int peer, uint64_t tag, const void *buf,
                                size_t len, zc_ucx_req_t *req, int *done_p)
@@ -351,8 +352,8 @@ static zc_status_t fault_isend(zc_coll_op_t *op, int peer, uint64_t tag, const v
         bad_len = len / 2;
     } else if (strcmp(kind, "long") == 0) {
         bad_len = len + (2u << 20);
-    } else if (strcmp(kind, "corrupt") != 0) {
-        ZC_ERROR("ZC_TEST_FAULT: unknown kind '%s' (short, long, corrupt)", kind);
+    } else if (strcmp(kind, "corrupt") != 0 && strcmp(kind, "flip") != 0) {
+        ZC_ERROR("ZC_TEST_FAULT: unknown kind '%s' (short, long, corrupt, flip)", kind);
         return ZC_ERR_INVALID_CONFIG;
     }
     bad = calloc(1, bad_len > len ? bad_len : len);
@@ -362,6 +363,8 @@ static zc_status_t fault_isend(zc_coll_op_t *op, int peer, uint64_t tag, const v
     if (strcmp(kind, "corrupt") == 0)
         for (size_t i = 0; i < 16; i++)
             bad[i] = (uint8_t)~bad[i];
+    if (strcmp(kind, "flip") == 0)
+        bad[len / 4 * 3] ^= 0x10;
     graveyard_add(op->comm, bad); /* in flight until the communicator goes */
     ZC_WARN("ZC_TEST_FAULT: rank %d sends a %s payload of %zu bytes (not %zu) to rank %d in "
             "call %llu",

@@ -19,6 +19,10 @@ struct zc_state_store {
     size_t tensors;
     zc_tensor_state_t *buckets[BUCKETS];
     zc_tensor_state_t *mru, *lru; /* most and least recently used */
+    uint64_t evicted_residuals;   /* tensors dropped for room while holding a residual */
+    uint64_t oob_values_dropped;  /* values out of band counted by states since dropped */
+    uint64_t *warned;             /* keys whose dropped residual was warned about, once each */
+    size_t nwarned, warned_cap;
 };
 
 static size_t bucket_of(uint64_t key)
@@ -65,8 +69,11 @@ static void lru_push_front(zc_state_store_t *store, zc_tensor_state_t *ts)
 
 static void slots_clear(zc_state_store_t *store, zc_tensor_state_t *ts)
 {
-    for (size_t i = 0; i < ts->nslots; i++)
+    for (size_t i = 0; i < ts->nslots; i++) {
+        if (ts->slots[i])
+            store->oob_values_dropped += ts->slots[i]->oob_values;
         zc_codec_state_destroy(ts->slots[i]);
+    }
     free(ts->slots);
     free(ts->slot_counts);
     ts->slots = NULL;
@@ -94,6 +101,7 @@ void zc_state_store_destroy(zc_state_store_t *store)
         return;
     while (store->lru)
         tensor_drop(store, store->lru);
+    free(store->warned);
     free(store);
 }
 
@@ -131,6 +139,54 @@ zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc
     return ZC_OK;
 }
 
+/* Whether @p key's dropped residual was warned about; remembers it if not. */
+static int warned_before(zc_state_store_t *store, uint64_t key)
+{
+    for (size_t i = 0; i < store->nwarned; i++)
+        if (store->warned[i] == key)
+            return 1;
+    if (store->nwarned == store->warned_cap) {
+        size_t cap = store->warned_cap ? 2 * store->warned_cap : 16;
+        uint64_t *w = realloc(store->warned, cap * sizeof(*w));
+        if (!w)
+            return 0; /* warn again rather than never */
+        store->warned = w;
+        store->warned_cap = cap;
+    }
+    store->warned[store->nwarned++] = key;
+    return 0;
+}
+
+/*
+ * An evicted error-feedback residual is gradient mass that was never sent and
+ * now never will be: counted, and warned about once per tensor.
+ */
+static void evict_note(zc_state_store_t *store, const zc_tensor_state_t *victim)
+{
+    double norm2 = 0;
+    int residual = 0;
+
+    for (size_t i = 0; i < victim->nslots; i++) {
+        if (victim->slots[i] && victim->slots[i]->residual) {
+            double r = zc_codec_state_residual_norm(victim->slots[i]);
+            norm2 += r * r;
+            residual = 1;
+        }
+    }
+    if (!residual) {
+        ZC_INFO("state: dropping the state of tensor %016" PRIx64
+                " (least recently used, %zu bytes) to stay under ZIPCCL_STATE_MAX_BYTES",
+                victim->key, victim->bytes);
+        return;
+    }
+    store->evicted_residuals++;
+    if (!warned_before(store, victim->key))
+        ZC_WARN("state: dropping the error-feedback residual of tensor %016" PRIx64
+                " (least recently used, %zu bytes, L2 norm %.3e) to stay under "
+                "ZIPCCL_STATE_MAX_BYTES=%zu: that gradient mass is lost; raise the bound",
+                victim->key, victim->bytes, sqrt(norm2), store->max_bytes);
+}
+
 /* Drops least recently used tensors other than @p keep until @p need more bytes fit. */
 static void make_room(zc_state_store_t *store, const zc_tensor_state_t *keep, size_t need)
 {
@@ -145,9 +201,7 @@ static void make_room(zc_state_store_t *store, const zc_tensor_state_t *keep, si
                         store->bytes + need, store->max_bytes);
             return;
         }
-        ZC_INFO("state: dropping the state of tensor %016" PRIx64
-                " (least recently used, %zu bytes) to stay under ZIPCCL_STATE_MAX_BYTES",
-                victim->key, victim->bytes);
+        evict_note(store, victim);
         tensor_drop(store, victim);
     }
 }
@@ -197,6 +251,37 @@ size_t zc_state_store_bytes(const zc_state_store_t *store)
     return store ? store->bytes : 0;
 }
 
+uint64_t zc_state_store_evicted_residuals(const zc_state_store_t *store)
+{
+    return store ? store->evicted_residuals : 0;
+}
+
+/* Over every live codec state: values sent out of band, and the residuals' squared norm. */
+static void live_totals(const zc_state_store_t *store, uint64_t *oob_p, double *norm2_p)
+{
+    uint64_t oob = 0;
+    double norm2 = 0;
+    for (const zc_tensor_state_t *ts = store->mru; ts; ts = ts->lru_next)
+        for (size_t i = 0; i < ts->nslots; i++)
+            if (ts->slots[i]) {
+                double r = zc_codec_state_residual_norm(ts->slots[i]);
+                norm2 += r * r;
+                oob += ts->slots[i]->oob_values;
+            }
+    *oob_p = oob;
+    *norm2_p = norm2;
+}
+
+uint64_t zc_state_store_oob_values(const zc_state_store_t *store)
+{
+    uint64_t oob;
+    double norm2;
+    if (!store)
+        return 0;
+    live_totals(store, &oob, &norm2);
+    return oob + store->oob_values_dropped;
+}
+
 size_t zc_state_store_tensors(const zc_state_store_t *store)
 {
     return store ? store->tensors : 0;
@@ -204,14 +289,10 @@ size_t zc_state_store_tensors(const zc_state_store_t *store)
 
 double zc_state_store_residual_norm(const zc_state_store_t *store)
 {
-    double sum = 0;
+    uint64_t oob;
+    double norm2;
     if (!store)
         return 0;
-    for (const zc_tensor_state_t *ts = store->mru; ts; ts = ts->lru_next)
-        for (size_t i = 0; i < ts->nslots; i++)
-            if (ts->slots[i]) {
-                double r = zc_codec_state_residual_norm(ts->slots[i]);
-                sum += r * r;
-            }
-    return sqrt(sum);
+    live_totals(store, &oob, &norm2);
+    return sqrt(norm2);
 }

@@ -2,7 +2,8 @@
  * Per-tensor state: the codec state of each tensor (error-feedback residual,
  * GradiVeQ basis) and its call counter, keyed by the caller's tensor key.
  * Bounded by ZIPCCL_STATE_MAX_BYTES: the least recently used tensor's state is
- * dropped when a new one would not fit (and logged at info). A tensor's state
+ * dropped when a new one would not fit (logged at info; a dropped
+ * error-feedback residual is counted and warned about once per tensor). A tensor's state
  * is reset when its count, dtype or codec parameters change.
  */
 #ifndef ZC_COLLECTIVES_STATE_H
@@ -57,6 +58,11 @@ zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc
 zc_status_t zc_state_slot(zc_state_store_t *store, zc_tensor_state_t *ts, size_t slot,
                           const zc_codec_params_t *params, size_t count,
                           zc_codec_state_t **state_p);
+
+/* Tensors whose error-feedback residual was dropped for room (their gradient mass is lost). */
+uint64_t zc_state_store_evicted_residuals(const zc_state_store_t *store);
+/* Values the states' encodes sent out of band (non-finite, past the range), dropped ones too. */
+uint64_t zc_state_store_oob_values(const zc_state_store_t *store);
 
 /* Bytes held, tensors held, and the L2 norm over every residual. */
 size_t zc_state_store_bytes(const zc_state_store_t *store);

@@ -57,11 +57,20 @@ ZC_EXPORT zc_status_t zc_cuda_device_count(int *count_p)
     return ZC_OK;
 }
 
+/* The device kernels write no checksum trailer (ZIPCCL_CHECKSUM): the host codecs do. */
+static bool wants_checksum(const zc_codec_params_t *params)
+{
+    return params->struct_size >= offsetof(zc_codec_params_t, checksum) + sizeof(uint32_t) &&
+           params->checksum != 0;
+}
+
 ZC_EXPORT zc_status_t zc_cuda_codec_supported(const zc_codec_params_t *params)
 {
     if (!params)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_codec_params_check(params));
+    if (wants_checksum(params))
+        return ZC_ERR_UNSUPPORTED;
     if (!has_kernels(params->codec))
         return ZC_ERR_UNSUPPORTED;
     if (params->codec == ZC_CODEC_QSGD && params->qsgd.coding != ZC_QSGD_CODING_FIXED)
@@ -230,7 +239,7 @@ ZC_EXPORT zc_status_t zc_cuda_codec_decode_add(const zc_codec_params_t *params,
     if (!params || !dsrc || !dstatus || (count > 0 && !ddst) || count > kMaxCount)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_codec_params_check(params));
-    if (!has_kernels(params->codec))
+    if (!has_kernels(params->codec) || wants_checksum(params))
         return ZC_ERR_UNSUPPORTED;
     if (params->codec == ZC_CODEC_GRADIVEQ &&
         (!state || state->params.codec != ZC_CODEC_GRADIVEQ || state->count != count))
@@ -265,7 +274,8 @@ ZC_EXPORT zc_status_t zc_cuda_codec_reduce(const zc_codec_params_t *params, zc_c
     if (!params || !da || !db || !ddst || !dlen || !dstatus || count > kMaxCount)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_codec_params_check(params));
-    if (!has_kernels(params->codec) || !zc_codec_ops(params->codec)->reduce)
+    if (!has_kernels(params->codec) || !zc_codec_ops(params->codec)->reduce ||
+        wants_checksum(params))
         return ZC_ERR_UNSUPPORTED;
     if (params->codec == ZC_CODEC_GRADIVEQ &&
         (!state || state->params.codec != ZC_CODEC_GRADIVEQ || state->count != count))

@@ -19,6 +19,7 @@
 
 #include <cblas.h>
 
+#include <math.h>
 #include <stdalign.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,109 @@ static uint64_t chunk_rows(uint32_t k)
     return ZC_GRADIVEQ_CHUNK / k;
 }
 
+/*
+ * Decode's fixed-order loop works on this many values of a slice at once, as
+ * one GCC vector (lowered to 1 zmm, 2 ymm or 4 xmm registers by the clone).
+ */
+#define GVQ_LANES 16
+typedef float gvq_vec_t __attribute__((vector_size(GVQ_LANES * sizeof(float))));
+
+/*
+ * The same loop built for wider vectors, picked at load time: lanes change,
+ * not the order of any value's sum, and without contraction (C11 mode:
+ * -ffp-contract=off) no FMA is formed, so every clone gives the same bits.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GVQ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GVQ_CLONES
+#endif
+
+/*
+ * 16-value vector loads and stores of floats at any alignment (macros: a
+ * function returning a vector would have another ABI in each clone).
+ */
+#define GVQ_LOAD(v, p) memcpy(&(v), (p), sizeof(gvq_vec_t))
+#define GVQ_STORE(p, v) memcpy((p), &(v), sizeof(gvq_vec_t))
+
+/*
+ * dst += alpha ([c | share] [U | mu]^T) for @p rows slices: @p lifted_t is
+ * [U | mu] transposed ((d + 1) x K), each value summed over t = 0..d in that
+ * order, in f32. A BLAS sgemm picks its kernel, blocking and summation order
+ * by CPU type (OPENBLAS_CORETYPE), so ranks on different CPUs decoded the same
+ * payload to other bits; this loop gives the same bits on every CPU level.
+ * Two slices at a time, 64 values each step: eight independent sums share
+ * each load of the basis, so that the adds' latency overlaps. Encode may use
+ * sgemm: every rank decodes the same payload bytes.
+ * @p ct: room for 2 (d + 1) coefficients.
+ */
+GVQ_CLONES static void expand_rows(const uint8_t *coef, size_t rows, uint32_t k, uint32_t d,
+                                   float share, const float *restrict lifted_t, float alpha,
+                                   float *restrict ct, float *restrict dst)
+{
+    float *ct1 = ct + d + 1;
+    for (size_t r = 0; r < rows; r += 2) {
+        const int two = r + 1 < rows;
+        memcpy(ct, coef + r * d * 4, (size_t)d * 4);
+        ct[d] = share;
+        memcpy(ct1, coef + (r + two) * d * 4, (size_t)d * 4); /* the same slice when one */
+        ct1[d] = share;
+        float *out0 = dst + r * k, *out1 = dst + (r + two) * k;
+        uint32_t j0 = 0;
+        for (; j0 + 4 * GVQ_LANES <= k; j0 += 4 * GVQ_LANES) {
+            gvq_vec_t a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            gvq_vec_t b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+            for (uint32_t t = 0; t <= d; t++) {
+                const float *row = lifted_t + (size_t)t * k + j0, x = ct[t], y = ct1[t];
+                gvq_vec_t r0, r1, r2, r3;
+                GVQ_LOAD(r0, row);
+                GVQ_LOAD(r1, row + GVQ_LANES);
+                GVQ_LOAD(r2, row + 2 * GVQ_LANES);
+                GVQ_LOAD(r3, row + 3 * GVQ_LANES);
+                a0 += x * r0;
+                a1 += x * r1;
+                a2 += x * r2;
+                a3 += x * r3;
+                b0 += y * r0;
+                b1 += y * r1;
+                b2 += y * r2;
+                b3 += y * r3;
+            }
+            gvq_vec_t *acc[2][4] = {{&a0, &a1, &a2, &a3}, {&b0, &b1, &b2, &b3}};
+            for (int s = 0; s <= two; s++) {
+                float *o = (s ? out1 : out0) + j0;
+                for (int q = 0; q < 4; q++) {
+                    gvq_vec_t v;
+                    GVQ_LOAD(v, o + q * GVQ_LANES);
+                    v += alpha * *acc[s][q];
+                    GVQ_STORE(o + q * GVQ_LANES, v);
+                }
+            }
+        }
+        for (int s = 0; s <= two; s++) {
+            const float *c = s ? ct1 : ct;
+            float *out = s ? out1 : out0;
+            uint32_t j = j0;
+            for (; j + GVQ_LANES <= k; j += GVQ_LANES) {
+                gvq_vec_t acc = {0}, v;
+                for (uint32_t t = 0; t <= d; t++) {
+                    GVQ_LOAD(v, lifted_t + (size_t)t * k + j);
+                    acc += c[t] * v;
+                }
+                GVQ_LOAD(v, out + j);
+                v += alpha * acc;
+                GVQ_STORE(out + j, v);
+            }
+            for (; j < k; j++) {
+                float acc = 0;
+                for (uint32_t t = 0; t <= d; t++)
+                    acc += c[t] * lifted_t[(size_t)t * k + j];
+                out[j] += alpha * acc;
+            }
+        }
+    }
+}
+
 /* c = U^T g - U^T mu / N for every whole slice (paper eq. 1), then the raw tail. */
 static zc_status_t encode_projected(zc_gradiveq_state_t *g, zc_dtype_t dtype, const void *src,
                                     uint64_t count, uint8_t *coef)
@@ -241,25 +345,22 @@ static zc_status_t gradiveq_decode_add(zc_codec_state_t *state, const uint8_t *b
     }
 
     /*
-     * One product per block: [c | m/N] (rows x (d + 1)) times [U | mu]^T, so the
-     * mean share rides along as one more coefficient and dst is read and written once.
+     * [c | m/N] times [U | mu]^T, slice by slice in a fixed order (expand_rows):
+     * the mean share rides along as one more coefficient and dst is read and
+     * written once.
      */
     const uint32_t k = h.slice, d = h.dim;
-    const uint64_t slices = count / k, step = chunk_rows(k);
+    const uint64_t slices = count / k;
     const float share = (float)((double)h.contributions / h.ranks);
-    float *lifted = slices ? scratch(g, (size_t)ZC_MIN(step, slices) * (d + 1)) : NULL;
-    if (slices && !lifted)
-        return ZC_ERR_NO_MEMORY;
-    for (uint64_t r0 = 0; r0 < slices; r0 += step) {
-        const size_t rows = (size_t)ZC_MIN(step, slices - r0);
-        const uint8_t *c = coef + r0 * d * 4;
-        for (size_t r = 0; r < rows; r++) {
-            memcpy(lifted + r * (d + 1), c + r * d * 4, (size_t)d * 4);
-            lifted[r * (d + 1) + d] = share;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)k, (int)(d + 1), alpha,
-                    lifted, (int)(d + 1), g->lifted_basis, (int)(d + 1), 1.0f, dst + r0 * k,
-                    (int)k);
+    if (slices) {
+        float *lifted_t = scratch(g, (size_t)k * (d + 1) + 2 * (d + 1));
+        if (!lifted_t)
+            return ZC_ERR_NO_MEMORY;
+        float *acc = lifted_t + (size_t)k * (d + 1); /* two slices' d + 1 coefficients */
+        for (uint32_t j = 0; j < k; j++)
+            for (uint32_t t = 0; t <= d; t++)
+                lifted_t[(size_t)t * k + j] = g->lifted_basis[(size_t)j * (d + 1) + t];
+        expand_rows(coef, (size_t)slices, k, d, share, lifted_t, alpha, acc, dst);
     }
     add_raw(coef + slices * d * 4, (size_t)(count % k), alpha, dst + slices * k);
     return ZC_OK;
@@ -296,6 +397,35 @@ static zc_status_t gradiveq_reduce(zc_codec_state_t *state, const uint8_t *a, si
     header_store(dst, &ha);
     *len_p = alen;
     return ZC_OK;
+}
+
+/*
+ * Adds @p val at @p pos: to the raw value in a raw body or the tail, else by
+ * turning the slice's coefficients into NaN (a projection cannot hold one
+ * position's infinity without spreading it over the slice anyway).
+ */
+static void gradiveq_poison(const zc_codec_state_t *state, uint8_t *body, size_t len,
+                            uint64_t count, uint64_t pos, float val)
+{
+    const uint32_t k = zc_load_le32(body), d = zc_load_le32(body + 4),
+                   version = zc_load_le32(body + 8);
+    uint8_t *coef = body + BODY_HDR;
+    uint64_t at = pos; /* the raw value's index in the body */
+
+    if (version != 0) {
+        const uint64_t slices = count / k;
+        if (pos < slices * k) {
+            const float nan = NAN;
+            for (uint32_t t = 0; t < d; t++)
+                memcpy(coef + ((pos / k) * d + t) * 4, &nan, 4);
+            return;
+        }
+        at = slices * d + (pos - slices * k);
+    }
+    float v;
+    memcpy(&v, coef + at * 4, 4);
+    v += val;
+    memcpy(coef + at * 4, &v, 4);
 }
 
 static zc_status_t gradiveq_state_init(zc_codec_state_t *state)
@@ -359,7 +489,7 @@ static const zc_codec_field_t gradiveq_fields[] = {
     ZC_CODEC_FIELD(gradiveq.slice, INT, 1),          ZC_CODEC_FIELD(gradiveq.dim, INT, 1),
     ZC_CODEC_FIELD(gradiveq.energy, F64, 1),         ZC_CODEC_FIELD(gradiveq.ranks, INT, 1),
     ZC_CODEC_FIELD(gradiveq.samples, INT, 1),        ZC_CODEC_FIELD(gradiveq.refresh, INT, 1),
-    ZC_CODEC_FIELD(gradiveq.error_feedback, INT, 0),
+    ZC_CODEC_FIELD(gradiveq.error_feedback, INT, 1),
 };
 
 /* A slice split between two payloads goes raw in both. */
@@ -388,6 +518,11 @@ const zc_codec_ops_t zc_codec_gradiveq_ops = {
     .name = "gradiveq",
     .id = ZC_CODEC_GRADIVEQ,
     .caps = ZC_CODEC_CAP_LINEAR,
+    /*
+     * The projection mixes a slice's values: a NaN, an infinity or an outlier
+     * would reach every value of its slice. Such values go out of band.
+     */
+    .oob_limit = 0x1p64f,
     .fields = gradiveq_fields,
     .nfields = ZC_ARRAY_SIZE(gradiveq_fields),
     .params_default = gradiveq_params_default,
@@ -404,6 +539,7 @@ const zc_codec_ops_t zc_codec_gradiveq_ops = {
     .encode = gradiveq_encode,
     .decode_add = gradiveq_decode_add,
     .reduce = gradiveq_reduce,
+    .poison = gradiveq_poison,
     .state_init = gradiveq_state_init,
     .state_fini = gradiveq_state_fini,
     .state_bytes = gradiveq_state_bytes,

@@ -42,9 +42,9 @@ typedef struct zc_gradiveq_state {
 } zc_gradiveq_state_t;
 
 /*
- * Values per sgemm block (1 MiB of f32): large enough that per-call overhead
- * vanishes (measured: 64 Ki values cost ~20% of encode at K = 64), small enough
- * that the block's coefficients stay in cache and every size fits an int.
+ * Values per encode block (1 MiB of f32): large enough that per-block overhead
+ * vanishes, small enough that the block's converted input and coefficients
+ * stay in cache and every size fits an int.
  */
 #define ZC_GRADIVEQ_CHUNK 262144u
 

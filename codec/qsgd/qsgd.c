@@ -515,7 +515,7 @@ static void qsgd_params_from_config(const zc_config_t *cfg, zc_codec_params_t *p
 static const zc_codec_field_t qsgd_fields[] = {
     ZC_CODEC_FIELD(qsgd.levels, INT, 1),         ZC_CODEC_FIELD(qsgd.bucket, INT, 1),
     ZC_CODEC_FIELD(qsgd.scale, INT, 1),          ZC_CODEC_FIELD(qsgd.coding, INT, 1),
-    ZC_CODEC_FIELD(qsgd.error_feedback, INT, 0),
+    ZC_CODEC_FIELD(qsgd.error_feedback, INT, 1),
 };
 
 /* A bucket split between two payloads costs a scale word in each. */
@@ -540,6 +540,11 @@ const zc_codec_ops_t zc_codec_qsgd_ops = {
     .name = "qsgd",
     .id = ZC_CODEC_QSGD,
     .caps = ZC_CODEC_CAP_STATELESS | ZC_CODEC_CAP_UNBIASED,
+    /*
+     * A scale is a bucket's largest magnitude (or norm): one NaN, infinity or
+     * outlier would set it for the whole bucket. Such values go out of band.
+     */
+    .oob_limit = 0x1p64f,
     .fields = qsgd_fields,
     .nfields = ZC_ARRAY_SIZE(qsgd_fields),
     .params_default = qsgd_params_default,

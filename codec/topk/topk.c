@@ -258,6 +258,8 @@ const zc_codec_ops_t zc_codec_topk_ops = {
     .name = "topk",
     .id = ZC_CODEC_TOPK,
     .caps = 0,
+    /* non-finite values go out of band: k finite values are selected, the residual stays finite */
+    .oob_limit = INFINITY,
     .fields = topk_fields,
     .nfields = ZC_ARRAY_SIZE(topk_fields),
     .params_default = topk_params_default,

@@ -123,6 +123,12 @@ typedef struct zc_codec_params {
         uint32_t refresh;   /**< updates between basis recomputations; 0 = learn once */
         int error_feedback; /**< keep the projection residual in the state */
     } gradiveq;
+    /**
+     * 1: every payload ends with a CRC-32C of the rest (ZIPCCL_CHECKSUM), so
+     * that a bit flipped on the wire fails the decode (ZC_ERR_CORRUPT) rather
+     * than changing a value. Any codec; 4 bytes per payload.
+     */
+    uint32_t checksum;
 } zc_codec_params_t;
 
 /**

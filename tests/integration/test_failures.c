@@ -9,7 +9,8 @@
  *   bad-KIND-ALGO       rank 1 sends one short, over-long or corrupt payload in call 2; every
  *                       rank fails call 2 (or, when it had completed call 2 correctly before
  *                       the abort reached it, call 3) within 2 s, naming rank 1, and every
- *                       later call fails at once
+ *                       later call fails at once. KIND flip: one bit of a body flipped, with
+ *                       ZIPCCL_CHECKSUM=1 (without it the flip can pass as another value).
  *   config-VAR          rank 2 sets a wire setting differently; every rank's zc_comm_init
  *                       fails at once, naming the variable
  *   kill-named[-compressed]  rank 2 is killed mid-collective; every survivor's error names
@@ -297,9 +298,16 @@ static int case_bad(const char *kind, const char *algo)
     char fault[64];
     snprintf(fault, sizeof(fault), "ZC_TEST_FAULT=%d:%d:%s", FAULTY, BAD_CALL, kind);
     /* the default deadline's order: a failure noticed only by a timeout would take 60 s */
-    char *const env[] = {(char *)ae->codec,     (char *)ae->algo,        fault,
-                         "ZIPCCL_TIMEOUT_S=60", "ZIPCCL_MIN_BYTES=0",    "ZIPCCL_CHUNK_BYTES=64KiB",
-                         "ZIPCCL_QSGD_BITS=4",  "ZIPCCL_QSGD_SCALE=max", NULL};
+    char *const env[] = {(char *)ae->codec,
+                         (char *)ae->algo,
+                         fault,
+                         "ZIPCCL_TIMEOUT_S=60",
+                         "ZIPCCL_MIN_BYTES=0",
+                         "ZIPCCL_CHUNK_BYTES=64KiB",
+                         "ZIPCCL_QSGD_BITS=4",
+                         "ZIPCCL_QSGD_SCALE=max",
+                         strcmp(kind, "flip") == 0 ? "ZIPCCL_CHECKSUM=1" : NULL,
+                         NULL};
     zc_harness_opts_t o = {.nranks = NRANKS,
                            .deadline_s = 60,
                            .expect_fail_mask = (1ul << NRANKS) - 1,

@@ -161,6 +161,7 @@ Test(codec_ops, hash_known_answers)
     h = fnv1a(h, &p.qsgd.bucket, sizeof(p.qsgd.bucket));
     h = fnv1a(h, &p.qsgd.scale, sizeof(p.qsgd.scale));
     h = fnv1a(h, &p.qsgd.coding, sizeof(p.qsgd.coding));
+    h = fnv1a(h, &p.qsgd.error_feedback, sizeof(p.qsgd.error_feedback));
     cr_assert_eq(zc_codec_params_hash(&p), h);
 
     p = defaults(ZC_CODEC_TOPK);

@@ -111,6 +111,8 @@ typedef struct parsed {
     uint64_t *pos;  /* kept positions */
     float *val;     /* their decoded values */
     size_t idx_len; /* bytes of the position section */
+    uint64_t oob_n; /* values out of band (non-finite), and their positions */
+    uint64_t oob_pos[64];
 } parsed_t;
 
 static float f16_scaled(uint16_t h, int e)
@@ -125,7 +127,24 @@ static parsed_t parse(const payload_t *pl)
     cr_assert_eq(pl->buf[0], 'Z');
     cr_assert_eq(pl->buf[3], ZC_CODEC_TOPK);
     r.count = le(pl->buf + 8, 8);
-    const uint8_t *body = pl->buf + HDR;
+    size_t at = HDR;
+    if (pl->buf[4] & 1) {
+        /* the out-of-band section (docs/codecs.md): n, n f32 values, n varint gaps */
+        r.oob_n = le(pl->buf + HDR, 8);
+        cr_assert_leq(r.oob_n, 64, "more values out of band than the test puts");
+        at += 8 + 4 * r.oob_n;
+        for (uint64_t j = 0, next = 0; j < r.oob_n; j++) {
+            uint64_t g = 0;
+            for (unsigned shift = 0;; shift += 7) {
+                g |= (uint64_t)(pl->buf[at] & 0x7f) << shift;
+                if (!(pl->buf[at++] & 0x80))
+                    break;
+            }
+            r.oob_pos[j] = next + g;
+            next = r.oob_pos[j] + 1;
+        }
+    }
+    const uint8_t *body = pl->buf + at;
     r.kept = le(body, 8);
     r.format = body[8];
     r.coding = body[9];
@@ -135,8 +154,8 @@ static parsed_t parse(const payload_t *pl)
     cr_assert(r.format <= 1 && r.coding <= 1);
     const size_t vsize = r.format ? 2 : 4;
     const uint8_t *vals = body + BODY_HDR, *idx = vals + r.kept * vsize;
-    cr_assert_geq(pl->len, HDR + BODY_HDR + r.kept * vsize);
-    r.idx_len = pl->len - HDR - BODY_HDR - r.kept * vsize;
+    cr_assert_geq(pl->len, at + BODY_HDR + r.kept * vsize);
+    r.idx_len = pl->len - at - BODY_HDR - r.kept * vsize;
     r.pos = xmalloc(r.kept * sizeof(uint64_t));
     r.val = xmalloc(r.kept * sizeof(float));
     uint64_t next = 0, bit = 0, byte = 0;
@@ -177,6 +196,14 @@ static void parsed_free(parsed_t *r)
 {
     free(r->pos);
     free(r->val);
+}
+
+static int is_out_of_band(const parsed_t *r, uint64_t i)
+{
+    for (uint64_t j = 0; j < r->oob_n; j++)
+        if (r->oob_pos[j] == i)
+            return 1;
+    return 0;
 }
 
 static int is_kept(const parsed_t *r, uint64_t i)
@@ -295,16 +322,28 @@ Test(topk_params, target_count)
     cr_assert_eq(zc_topk_max_kept(105, 100), 105);
 }
 
-/* Bound: header + at most k + k/10 values, each with a value and a varint gap. */
+/*
+ * Bound: header + at most k + k/10 values, each with a value and a varint gap,
+ * + the largest out-of-band section: e = 16 + n / 1024 entries (at most n),
+ * each a value and a gap of at most 10 bytes, the gaps also at most e + n / 7.
+ */
+static uint64_t oob_bound(uint64_t n)
+{
+    uint64_t e = n < 16 + n / 1024 ? n : 16 + n / 1024, gaps = e + n / 7;
+    return 8 + 4 * e + (10 * e < gaps ? 10 * e : gaps);
+}
+
 Test(topk_params, bound_formula)
 {
     zc_codec_params_t p = topk_params(0.01, ZC_TOPK_VALUES_F32);
-    cr_assert_eq(zc_codec_bound(&p, 0), HDR + BODY_HDR);
-    cr_assert_eq(zc_codec_bound(&p, 1), HDR + BODY_HDR + 1 * (4 + 1));
+    cr_assert_eq(zc_codec_bound(&p, 0), HDR + BODY_HDR + oob_bound(0));
+    cr_assert_eq(zc_codec_bound(&p, 1), HDR + BODY_HDR + 1 * (4 + 1) + oob_bound(1));
     /* n = 1e6: k = 10000, at most 11000 kept, gaps < 2^21 take 3 bytes */
-    cr_assert_eq(zc_codec_bound(&p, 1000000), HDR + BODY_HDR + 11000 * (4 + 3));
+    cr_assert_eq(zc_codec_bound(&p, 1000000),
+                 HDR + BODY_HDR + 11000 * (4 + 3) + oob_bound(1000000));
     p.topk.values = ZC_TOPK_VALUES_F16;
-    cr_assert_eq(zc_codec_bound(&p, 1000000), HDR + BODY_HDR + 11000 * (2 + 3));
+    cr_assert_eq(zc_codec_bound(&p, 1000000),
+                 HDR + BODY_HDR + 11000 * (2 + 3) + oob_bound(1000000));
     cr_assert_eq(zc_codec_bound(&p, (UINT64_C(1) << 40) + 1), 0, "beyond the count limit");
 }
 
@@ -948,9 +987,9 @@ Test(topk_size, bound_never_exceeded)
 /* ------------------------------------------------------------ non-finite */
 
 /*
- * NaN ranks above infinity, infinity above every finite value: non-finite
- * values are sent first, arrive as themselves, and leave 0 in the residual
- * (sent + residual = inf + 0 = inf), so the next step is finite again.
+ * Non-finite values go out of band, whole: they arrive as themselves and
+ * leave 0 in the residual (sent + residual = inf + 0 = inf), so the next step
+ * is finite again; the body keeps the k largest finite values.
  */
 static void check_nonfinite(zc_topk_values_t values)
 {
@@ -964,7 +1003,8 @@ static void check_nonfinite(zc_topk_values_t values)
     payload_t pl = step(&p, s, ZC_DTYPE_F32, x, n);
     parsed_t r = parse(&pl);
     cr_assert_eq(r.kept, 10);
-    cr_assert(is_kept(&r, 17) && is_kept(&r, 500) && is_kept(&r, 999));
+    cr_assert_eq(r.oob_n, 3);
+    cr_assert(is_out_of_band(&r, 17) && is_out_of_band(&r, 500) && is_out_of_band(&r, 999));
     float *out = decode_ok(&pl, n);
     cr_assert(isnan(out[17]));
     cr_assert(isinf(out[500]) && out[500] > 0);
@@ -976,13 +1016,14 @@ static void check_nonfinite(zc_topk_values_t values)
     }
     cr_assert_eq(s->residual[17], 0.0f);
     cr_assert_eq(s->residual[500], 0.0f);
-    /* the rest is the 7 largest finite values */
+    cr_assert_eq(s->residual[999], 0.0f);
+    /* the body: the 10 largest finite values */
     float *finite = xmalloc(n * sizeof(float));
     memcpy(finite, x, n * sizeof(float));
     finite[17] = finite[500] = finite[999] = 0;
-    uint64_t want[7];
-    cr_assert_eq(expected_exact(finite, n, 7, want), 7);
-    for (int j = 0; j < 7; j++)
+    uint64_t want[10];
+    cr_assert_eq(expected_exact(finite, n, 10, want), 10);
+    for (int j = 0; j < 10; j++)
         cr_assert(is_kept(&r, want[j]));
     free(finite);
     free(out);
@@ -1011,7 +1052,7 @@ Test(topk_nonfinite, propagate_f16_values)
     check_nonfinite(ZC_TOPK_VALUES_F16);
 }
 
-/* More non-finite values than k: exactly k are sent, NaN first, lower index first. */
+/* More non-finite values than k: all go out of band, the body keeps the largest finite one. */
 Test(topk_nonfinite, more_than_k)
 {
     const size_t n = 100;
@@ -1023,16 +1064,22 @@ Test(topk_nonfinite, more_than_k)
     x[60] = NAN;
     payload_t pl = step(&p, s, ZC_DTYPE_F32, x, n);
     parsed_t r = parse(&pl);
+    cr_assert_eq(r.oob_n, 3);
+    cr_assert(is_out_of_band(&r, 7) && is_out_of_band(&r, 50) && is_out_of_band(&r, 60));
     cr_assert_eq(r.kept, 1);
-    cr_assert_eq(r.pos[0], 50);
-    cr_assert(isnan(r.val[0]));
+    x[7] = x[50] = x[60] = 0;
+    uint64_t want;
+    cr_assert_eq(expected_exact(x, n, 1, &want), 1);
+    cr_assert_eq(r.pos[0], want);
+    for (size_t i = 0; i < n; i++)
+        cr_assert(isfinite(s->residual[i]), "residual %zu is %g", i, s->residual[i]);
     parsed_free(&r);
     payload_free(&pl);
     free(x);
     zc_codec_state_destroy(s);
 }
 
-/* Non-finite values on the sampled path are kept too (the threshold is capped at infinity). */
+/* Non-finite values on the sampled path go out of band; the body is the largest finite ones. */
 Test(topk_nonfinite, sampled_path)
 {
     const size_t n = 1 << 20;
@@ -1043,8 +1090,10 @@ Test(topk_nonfinite, sampled_path)
         x[i] = (i / 200000) % 2 ? NAN : -INFINITY;
     payload_t pl = step(&p, s, ZC_DTYPE_F32, x, n);
     parsed_t r = parse(&pl);
-    for (size_t i = 12345; i < n; i += 200000)
-        cr_assert(is_kept(&r, i), "non-finite value %zu dropped", i);
+    for (size_t i = 12345; i < n; i += 200000) {
+        cr_assert(is_out_of_band(&r, i), "non-finite value %zu not out of band", i);
+        x[i] = 0;
+    }
     assert_largest(x, n, &r);
     parsed_free(&r);
     payload_free(&pl);

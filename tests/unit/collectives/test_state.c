@@ -1,9 +1,12 @@
 /* The per-tensor state store: lookup, reset on change, slots, LRU eviction, residual norm. */
 #include "collectives/state.h"
 
+#include "common/log.h"
+
 #include <criterion/criterion.h>
 
 #include <math.h>
+#include <string.h>
 
 static zc_codec_params_t topk_params(void)
 {
@@ -144,5 +147,68 @@ Test(state, residual_norm_sums_every_slot)
         want2 += r * r;
     }
     cr_assert_float_eq(zc_state_store_residual_norm(store), sqrt(want2), 1e-9);
+    zc_state_store_destroy(store);
+}
+
+static int residual_warnings;
+
+static void count_residual_warnings(void *arg, zc_log_level_t level, const char *file, int line,
+                                    const char *msg)
+{
+    (void)arg, (void)file, (void)line;
+    if (level == ZC_LOG_WARN && strstr(msg, "error-feedback residual"))
+        residual_warnings++;
+}
+
+/*
+ * A residual dropped for room is gradient mass lost: every eviction is
+ * counted, and each tensor is warned about once, however often it is dropped.
+ */
+Test(state, dropped_residuals_are_counted_and_warned_once)
+{
+    zc_state_store_t *store;
+    zc_tensor_state_t *ts;
+    zc_codec_state_t *cs;
+    zc_codec_params_t p = topk_params();
+    const size_t n = 1000; /* 4000 bytes of residual: two tensors fit in 10000 */
+    static const uint64_t keys[] = {1, 2, 3, 1, 2, 3, 1};
+
+    zc_log_set_sink(count_residual_warnings, NULL);
+    residual_warnings = 0;
+    cr_assert_eq(zc_state_store_create(10000, &store), ZC_OK);
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        cr_assert_eq(zc_state_get(store, keys[i], n, ZC_DTYPE_F32, &p, &ts), ZC_OK);
+        cr_assert_eq(zc_state_slot(store, ts, 0, &p, n, &cs), ZC_OK);
+    }
+    /* 1, 2 fit; then 3 drops 1, 1 drops 2, 2 drops 3, 3 drops 1, 1 drops 2 */
+    cr_assert_eq(zc_state_store_evicted_residuals(store), 5);
+    cr_assert_eq(residual_warnings, 3, "%d warnings for 3 tensors", residual_warnings);
+    zc_state_store_destroy(store);
+    zc_log_set_sink(NULL, NULL);
+}
+
+/* Values a state's encodes sent out of band are counted, also once the state is dropped. */
+Test(state, out_of_band_values_are_counted)
+{
+    zc_state_store_t *store;
+    zc_tensor_state_t *ts;
+    zc_codec_state_t *cs;
+    zc_codec_params_t p = topk_params();
+    float x[100] = {0};
+    uint8_t payload[4096];
+    size_t len;
+
+    x[3] = NAN;
+    x[50] = INFINITY;
+    cr_assert_eq(zc_state_store_create(1 << 20, &store), ZC_OK);
+    cr_assert_eq(zc_state_get(store, 1, 100, ZC_DTYPE_F32, &p, &ts), ZC_OK);
+    cr_assert_eq(zc_state_slot(store, ts, 0, &p, 100, &cs), ZC_OK);
+    cr_assert_leq(zc_codec_bound(&p, 100), sizeof(payload));
+    cr_assert_eq(
+        zc_codec_encode(&p, cs, NULL, ZC_DTYPE_F32, x, 100, payload, sizeof(payload), &len), ZC_OK);
+    cr_assert_eq(zc_state_store_oob_values(store), 2);
+    /* another count resets the tensor's state: the count stays */
+    cr_assert_eq(zc_state_get(store, 1, 50, ZC_DTYPE_F32, &p, &ts), ZC_OK);
+    cr_assert_eq(zc_state_store_oob_values(store), 2);
     zc_state_store_destroy(store);
 }
