@@ -586,11 +586,15 @@ static void window_part(int rank, size_t bytes_per_rank, size_t off, size_t len,
     *hi_p = lo < hi ? hi - off : 0;
 }
 
-/* The checks iallgather and ireducescatter share; ncclInternalError (logged) for a bad call. */
+/*
+ * The checks iallgather and ireducescatter share, and this node's part of the
+ * window in [*lo_p, *hi_p) (@p node_buf, its send or receive buffer, must be
+ * there when the part is not empty); ncclInternalError (logged) for a bad call.
+ */
 static ncclResult_t check_window(const char *what, collnet_comm_t *cc, int nparts,
                                  const ncclNetSGE_v12_t *parts, size_t bytes_per_rank,
                                  size_t window_offset, size_t window_bytes, size_t type_bytes,
-                                 void **request)
+                                 const void *node_buf, void **request, size_t *lo_p, size_t *hi_p)
 {
     if (!cc || !parts || !request || nparts != 1 || !parts[0].address) {
         ZC_ERROR("collnet: %s with %d parts (NCCL passes one) or a NULL pointer", what, nparts);
@@ -604,6 +608,11 @@ static ncclResult_t check_window(const char *what, collnet_comm_t *cc, int npart
                  "bytes, elements of %zu) does not fit",
                  what, window_offset, window_bytes, bytes_per_rank, cc->nranks,
                  (size_t)parts[0].size, type_bytes);
+        return ncclInternalError;
+    }
+    window_part(cc->rank, bytes_per_rank, window_offset, window_bytes, lo_p, hi_p);
+    if (*hi_p > *lo_p && !node_buf) {
+        ZC_ERROR("collnet: %s with a NULL buffer for this node's part", what);
         return ncclInternalError;
     }
     return ncclSuccess;
@@ -626,15 +635,11 @@ ncclResult_t zc_collnet_ireducescatter(void *collComm, int nSendParts, ncclNetSG
                  (int)dataType, (int)redOp);
         return ncclInternalError;
     }
-    ncclResult_t res = check_window("ireducescatter", cc, nSendParts, sendParts, bytesPerRank,
-                                    windowOffset, windowBytes, zc_dtype_bytes(dt), request);
+    ncclResult_t res =
+        check_window("ireducescatter", cc, nSendParts, sendParts, bytesPerRank, windowOffset,
+                     windowBytes, zc_dtype_bytes(dt), recvData, request, &lo, &hi);
     if (res != ncclSuccess)
         return res;
-    window_part(cc->rank, bytesPerRank, windowOffset, windowBytes, &lo, &hi);
-    if (hi > lo && !recvData) {
-        ZC_ERROR("collnet: ireducescatter with a NULL receive buffer");
-        return ncclInternalError;
-    }
     collnet_req_t *req = req_take(cc);
     if (!req) {
         *request = NULL;
@@ -666,14 +671,9 @@ ncclResult_t zc_collnet_iallgather(void *collComm, void *sendData, int nRecvPart
 
     (void)sendMhandle;
     ncclResult_t res = check_window("iallgather", cc, nRecvParts, recvParts, bytesPerRank,
-                                    windowOffset, windowBytes, 1, request);
+                                    windowOffset, windowBytes, 1, sendData, request, &lo, &hi);
     if (res != ncclSuccess)
         return res;
-    window_part(cc->rank, bytesPerRank, windowOffset, windowBytes, &lo, &hi);
-    if (hi > lo && !sendData) {
-        ZC_ERROR("collnet: iallgather with a NULL send buffer");
-        return ncclInternalError;
-    }
     collnet_req_t *req = req_take(cc);
     if (!req) {
         *request = NULL;

@@ -252,70 +252,45 @@ typedef struct {
 
 /* ---- ncclNet (point to point) ---- */
 
-/* v12: v11's slots, with v12's properties (2.30 uses this struct directly) */
-typedef struct {
-    const char *name;
-    ncclResult_t (*init)(void **ctx, uint64_t commId, ncclNetCommConfig_v12_t *config,
-                         ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
-    ncclResult_t (*devices)(int *ndev);
-    ncclResult_t (*getProperties)(int dev, ncclNetProperties_v12_t *props);
-    ncclResult_t (*listen)(void *ctx, int dev, void *handle, void **listenComm);
-    ncclResult_t (*connect)(void *ctx, int dev, void *handle, void **sendComm,
-                            ncclNetDeviceHandle_v12_t **sendDevComm);
-    ncclResult_t (*accept)(void *listenComm, void **recvComm,
-                           ncclNetDeviceHandle_v12_t **recvDevComm);
-    ncclResult_t (*regMr)(void *comm, void *data, size_t size, int type, void **mhandle);
-    ncclResult_t (*regMrDmaBuf)(void *comm, void *data, size_t size, int type, uint64_t offset,
-                                int fd, void **mhandle);
-    ncclResult_t (*deregMr)(void *comm, void *mhandle);
-    ncclResult_t (*isend)(void *sendComm, void *data, size_t size, int tag, void *mhandle,
-                          void *phandle, void **request);
-    ncclResult_t (*irecv)(void *recvComm, int n, void **data, size_t *sizes, int *tags,
-                          void **mhandles, void **phandles, void **request);
-    ncclResult_t (*iflush)(void *recvComm, int n, void **data, int *sizes, void **mhandles,
-                           void **request);
-    ncclResult_t (*test)(void *request, int *done, int *sizes);
-    ncclResult_t (*closeSend)(void *sendComm);
-    ncclResult_t (*closeRecv)(void *recvComm);
-    ncclResult_t (*closeListen)(void *listenComm);
-    ncclResult_t (*getDeviceMr)(void *comm, void *mhandle, void **dptr_mhandle);
-    ncclResult_t (*irecvConsumed)(void *recvComm, int n, void *request);
-    ncclResult_t (*makeVDevice)(int *d, ncclNetVDeviceProps_v12_t *props);
-    ncclResult_t (*finalize)(void *ctx);
-    ncclResult_t (*setNetAttr)(void *ctx, ncclNetAttr_v12_t *netAttr);
-} ncclNet_v12_t;
-
-typedef struct {
-    const char *name;
-    ncclResult_t (*init)(void **ctx, uint64_t commId, ncclNetCommConfig_v11_t *config,
-                         ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
-    ncclResult_t (*devices)(int *ndev);
-    ncclResult_t (*getProperties)(int dev, ncclNetProperties_v11_t *props);
-    ncclResult_t (*listen)(void *ctx, int dev, void *handle, void **listenComm);
-    ncclResult_t (*connect)(void *ctx, int dev, void *handle, void **sendComm,
-                            ncclNetDeviceHandle_v11_t **sendDevComm);
-    ncclResult_t (*accept)(void *listenComm, void **recvComm,
-                           ncclNetDeviceHandle_v11_t **recvDevComm);
-    ncclResult_t (*regMr)(void *comm, void *data, size_t size, int type, void **mhandle);
-    ncclResult_t (*regMrDmaBuf)(void *comm, void *data, size_t size, int type, uint64_t offset,
-                                int fd, void **mhandle);
-    ncclResult_t (*deregMr)(void *comm, void *mhandle);
-    ncclResult_t (*isend)(void *sendComm, void *data, size_t size, int tag, void *mhandle,
-                          void *phandle, void **request);
-    ncclResult_t (*irecv)(void *recvComm, int n, void **data, size_t *sizes, int *tags,
-                          void **mhandles, void **phandles, void **request);
-    ncclResult_t (*iflush)(void *recvComm, int n, void **data, int *sizes, void **mhandles,
-                           void **request);
-    ncclResult_t (*test)(void *request, int *done, int *sizes);
-    ncclResult_t (*closeSend)(void *sendComm);
-    ncclResult_t (*closeRecv)(void *recvComm);
-    ncclResult_t (*closeListen)(void *listenComm);
-    ncclResult_t (*getDeviceMr)(void *comm, void *mhandle, void **dptr_mhandle);
-    ncclResult_t (*irecvConsumed)(void *recvComm, int n, void *request);
-    ncclResult_t (*makeVDevice)(int *d, ncclNetVDeviceProps_v11_t *props);
-    ncclResult_t (*finalize)(void *ctx);
-    ncclResult_t (*setNetAttr)(void *ctx, ncclNetAttr_v11_t *netAttr);
-} ncclNet_v11_t;
+/*
+ * v12 and v11 share one shape (2.30 uses v12 directly): only the properties
+ * and virtual devices differ, in layout (8 fused devices, railId, planeId).
+ */
+#define ZC_NCCL_NET_V11_V12(v)                                                                     \
+    typedef struct {                                                                               \
+        const char *name;                                                                          \
+        ncclResult_t (*init)(void **ctx, uint64_t commId, ncclNetCommConfig_v11_t *config,         \
+                             ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);  \
+        ncclResult_t (*devices)(int *ndev);                                                        \
+        ncclResult_t (*getProperties)(int dev, ncclNetProperties_##v##_t *props);                  \
+        ncclResult_t (*listen)(void *ctx, int dev, void *handle, void **listenComm);               \
+        ncclResult_t (*connect)(void *ctx, int dev, void *handle, void **sendComm,                 \
+                                ncclNetDeviceHandle_v11_t **sendDevComm);                          \
+        ncclResult_t (*accept)(void *listenComm, void **recvComm,                                  \
+                               ncclNetDeviceHandle_v11_t **recvDevComm);                           \
+        ncclResult_t (*regMr)(void *comm, void *data, size_t size, int type, void **mhandle);      \
+        ncclResult_t (*regMrDmaBuf)(void *comm, void *data, size_t size, int type,                 \
+                                    uint64_t offset, int fd, void **mhandle);                      \
+        ncclResult_t (*deregMr)(void *comm, void *mhandle);                                        \
+        ncclResult_t (*isend)(void *sendComm, void *data, size_t size, int tag, void *mhandle,     \
+                              void *phandle, void **request);                                      \
+        ncclResult_t (*irecv)(void *recvComm, int n, void **data, size_t *sizes, int *tags,        \
+                              void **mhandles, void **phandles, void **request);                   \
+        ncclResult_t (*iflush)(void *recvComm, int n, void **data, int *sizes, void **mhandles,    \
+                               void **request);                                                    \
+        ncclResult_t (*test)(void *request, int *done, int *sizes);                                \
+        ncclResult_t (*closeSend)(void *sendComm);                                                 \
+        ncclResult_t (*closeRecv)(void *recvComm);                                                 \
+        ncclResult_t (*closeListen)(void *listenComm);                                             \
+        ncclResult_t (*getDeviceMr)(void *comm, void *mhandle, void **dptr_mhandle);               \
+        ncclResult_t (*irecvConsumed)(void *recvComm, int n, void *request);                       \
+        ncclResult_t (*makeVDevice)(int *d, ncclNetVDeviceProps_##v##_t *props);                   \
+        ncclResult_t (*finalize)(void *ctx);                                                       \
+        ncclResult_t (*setNetAttr)(void *ctx, ncclNetAttr_v11_t *netAttr);                         \
+    } ncclNet_##v##_t
+ZC_NCCL_NET_V11_V12(v12);
+ZC_NCCL_NET_V11_V12(v11);
+#undef ZC_NCCL_NET_V11_V12
 
 typedef struct {
     const char *name;
@@ -405,70 +380,46 @@ typedef struct {
 
 /* ---- ncclCollNet ---- */
 
-/* v12: v11's slots, with v12's properties (2.30 uses this struct directly) */
-typedef struct {
-    const char *name;
-    ncclResult_t (*init)(void **ctx, uint64_t commId, ncclDebugLogger_t logFunction);
-    ncclResult_t (*devices)(int *ndev);
-    ncclResult_t (*getProperties)(int dev, ncclNetProperties_v12_t *props);
-    ncclResult_t (*listen)(void *ctx, int dev, void *handle, void **listenComm);
-    ncclResult_t (*connect)(void *handles[], int nranks, int rank, void *listenComm,
-                            void **collComm);
-    ncclResult_t (*reduceSupport)(ncclDataType_t dataType, ncclRedOp_t redOp, int *supported);
-    ncclResult_t (*regMr)(void *collComm, void *data, size_t size, int type, void **mhandle);
-    ncclResult_t (*regMrDmaBuf)(void *collComm, void *data, size_t size, int type, uint64_t offset,
-                                int fd, void **mhandle);
-    ncclResult_t (*deregMr)(void *collComm, void *mhandle);
-    ncclResult_t (*iallreduce)(void *collComm, void *sendData, void *recvData, size_t count,
-                               ncclDataType_t dataType, ncclRedOp_t redOp, void *sendMhandle,
-                               void *recvMhandle, void **request);
-    ncclResult_t (*iallgather)(void *collComm, void *sendData, int nRecvParts,
-                               ncclNetSGE_v12_t *recvParts, size_t bytesPerRank,
-                               size_t windowOffset, size_t windowBytes, void *sendMhandle,
-                               void **request);
-    ncclResult_t (*ireducescatter)(void *collComm, int nSendParts, ncclNetSGE_v12_t *sendParts,
-                                   void *recvData, size_t bytesPerRank, size_t windowOffset,
-                                   size_t windowBytes, ncclDataType_t dataType, ncclRedOp_t redOp,
-                                   void *recvMhandle, void **request);
-    ncclResult_t (*iflush)(void *collComm, void *data, int size, void *mhandle, void **request);
-    ncclResult_t (*test)(void *request, int *done, int *size);
-    ncclResult_t (*closeColl)(void *collComm);
+/* The CollNet slots from connect to closeListen, alike from v9 to v12 (SGEs in v##'s type). */
+#define ZC_NCCL_COLLNET_SLOTS(v)                                                                   \
+    ncclResult_t (*connect)(void *handles[], int nranks, int rank, void *listenComm,               \
+                            void **collComm);                                                      \
+    ncclResult_t (*reduceSupport)(ncclDataType_t dataType, ncclRedOp_t redOp, int *supported);     \
+    ncclResult_t (*regMr)(void *collComm, void *data, size_t size, int type, void **mhandle);      \
+    ncclResult_t (*regMrDmaBuf)(void *collComm, void *data, size_t size, int type,                 \
+                                uint64_t offset, int fd, void **mhandle);                          \
+    ncclResult_t (*deregMr)(void *collComm, void *mhandle);                                        \
+    ncclResult_t (*iallreduce)(void *collComm, void *sendData, void *recvData, size_t count,       \
+                               ncclDataType_t dataType, ncclRedOp_t redOp, void *sendMhandle,      \
+                               void *recvMhandle, void **request);                                 \
+    ncclResult_t (*iallgather)(void *collComm, void *sendData, int nRecvParts,                     \
+                               ncclNetSGE_##v##_t *recvParts, size_t bytesPerRank,                 \
+                               size_t windowOffset, size_t windowBytes, void *sendMhandle,         \
+                               void **request);                                                    \
+    ncclResult_t (*ireducescatter)(void *collComm, int nSendParts, ncclNetSGE_##v##_t *sendParts,  \
+                                   void *recvData, size_t bytesPerRank, size_t windowOffset,       \
+                                   size_t windowBytes, ncclDataType_t dataType, ncclRedOp_t redOp, \
+                                   void *recvMhandle, void **request);                             \
+    ncclResult_t (*iflush)(void *collComm, void *data, int size, void *mhandle, void **request);   \
+    ncclResult_t (*test)(void *request, int *done, int *size);                                     \
+    ncclResult_t (*closeColl)(void *collComm);                                                     \
     ncclResult_t (*closeListen)(void *listenComm);
-    ncclResult_t (*makeVDevice)(int *d, ncclNetVDeviceProps_v12_t *props);
-    ncclResult_t (*finalize)(void *ctx);
-} ncclCollNet_v12_t;
 
-typedef struct {
-    const char *name;
-    ncclResult_t (*init)(void **ctx, uint64_t commId, ncclDebugLogger_t logFunction);
-    ncclResult_t (*devices)(int *ndev);
-    ncclResult_t (*getProperties)(int dev, ncclNetProperties_v11_t *props);
-    ncclResult_t (*listen)(void *ctx, int dev, void *handle, void **listenComm);
-    ncclResult_t (*connect)(void *handles[], int nranks, int rank, void *listenComm,
-                            void **collComm);
-    ncclResult_t (*reduceSupport)(ncclDataType_t dataType, ncclRedOp_t redOp, int *supported);
-    ncclResult_t (*regMr)(void *collComm, void *data, size_t size, int type, void **mhandle);
-    ncclResult_t (*regMrDmaBuf)(void *collComm, void *data, size_t size, int type, uint64_t offset,
-                                int fd, void **mhandle);
-    ncclResult_t (*deregMr)(void *collComm, void *mhandle);
-    ncclResult_t (*iallreduce)(void *collComm, void *sendData, void *recvData, size_t count,
-                               ncclDataType_t dataType, ncclRedOp_t redOp, void *sendMhandle,
-                               void *recvMhandle, void **request);
-    ncclResult_t (*iallgather)(void *collComm, void *sendData, int nRecvParts,
-                               ncclNetSGE_v11_t *recvParts, size_t bytesPerRank,
-                               size_t windowOffset, size_t windowBytes, void *sendMhandle,
-                               void **request);
-    ncclResult_t (*ireducescatter)(void *collComm, int nSendParts, ncclNetSGE_v11_t *sendParts,
-                                   void *recvData, size_t bytesPerRank, size_t windowOffset,
-                                   size_t windowBytes, ncclDataType_t dataType, ncclRedOp_t redOp,
-                                   void *recvMhandle, void **request);
-    ncclResult_t (*iflush)(void *collComm, void *data, int size, void *mhandle, void **request);
-    ncclResult_t (*test)(void *request, int *done, int *size);
-    ncclResult_t (*closeColl)(void *collComm);
-    ncclResult_t (*closeListen)(void *listenComm);
-    ncclResult_t (*makeVDevice)(int *d, ncclNetVDeviceProps_v11_t *props);
-    ncclResult_t (*finalize)(void *ctx);
-} ncclCollNet_v11_t;
+/* v12 and v11: one shape, the properties and virtual devices in their version's layout. */
+#define ZC_NCCL_COLLNET_V11_V12(v)                                                                 \
+    typedef struct {                                                                               \
+        const char *name;                                                                          \
+        ncclResult_t (*init)(void **ctx, uint64_t commId, ncclDebugLogger_t logFunction);          \
+        ncclResult_t (*devices)(int *ndev);                                                        \
+        ncclResult_t (*getProperties)(int dev, ncclNetProperties_##v##_t *props);                  \
+        ncclResult_t (*listen)(void *ctx, int dev, void *handle, void **listenComm);               \
+        ZC_NCCL_COLLNET_SLOTS(v)                                                                   \
+        ncclResult_t (*makeVDevice)(int *d, ncclNetVDeviceProps_##v##_t *props);                   \
+        ncclResult_t (*finalize)(void *ctx);                                                       \
+    } ncclCollNet_##v##_t
+ZC_NCCL_COLLNET_V11_V12(v12);
+ZC_NCCL_COLLNET_V11_V12(v11);
+#undef ZC_NCCL_COLLNET_V11_V12
 
 /* v10 and v9 share one shape: init(logger), listen without ctx, no finalize. */
 #define ZC_NCCL_COLLNET_V9_V10(v)                                                                  \
@@ -478,35 +429,13 @@ typedef struct {
         ncclResult_t (*devices)(int *ndev);                                                        \
         ncclResult_t (*getProperties)(int dev, ncclNetProperties_##v##_t *props);                  \
         ncclResult_t (*listen)(int dev, void *handle, void **listenComm);                          \
-        ncclResult_t (*connect)(void *handles[], int nranks, int rank, void *listenComm,           \
-                                void **collComm);                                                  \
-        ncclResult_t (*reduceSupport)(ncclDataType_t dataType, ncclRedOp_t redOp, int *supported); \
-        ncclResult_t (*regMr)(void *collComm, void *data, size_t size, int type, void **mhandle);  \
-        ncclResult_t (*regMrDmaBuf)(void *collComm, void *data, size_t size, int type,             \
-                                    uint64_t offset, int fd, void **mhandle);                      \
-        ncclResult_t (*deregMr)(void *collComm, void *mhandle);                                    \
-        ncclResult_t (*iallreduce)(void *collComm, void *sendData, void *recvData, size_t count,   \
-                                   ncclDataType_t dataType, ncclRedOp_t redOp, void *sendMhandle,  \
-                                   void *recvMhandle, void **request);                             \
-        ncclResult_t (*iallgather)(void *collComm, void *sendData, int nRecvParts,                 \
-                                   ncclNetSGE_##v##_t *recvParts, size_t bytesPerRank,             \
-                                   size_t windowOffset, size_t windowBytes, void *sendMhandle,     \
-                                   void **request);                                                \
-        ncclResult_t (*ireducescatter)(void *collComm, int nSendParts,                             \
-                                       ncclNetSGE_##v##_t *sendParts, void *recvData,              \
-                                       size_t bytesPerRank, size_t windowOffset,                   \
-                                       size_t windowBytes, ncclDataType_t dataType,                \
-                                       ncclRedOp_t redOp, void *recvMhandle, void **request);      \
-        ncclResult_t (*iflush)(void *collComm, void *data, int size, void *mhandle,                \
-                               void **request);                                                    \
-        ncclResult_t (*test)(void *request, int *done, int *size);                                 \
-        ncclResult_t (*closeColl)(void *collComm);                                                 \
-        ncclResult_t (*closeListen)(void *listenComm);                                             \
+        ZC_NCCL_COLLNET_SLOTS(v)                                                                   \
         ncclResult_t (*makeVDevice)(int *d, ncclNetVDeviceProps_##v##_t *props);                   \
     } ncclCollNet_##v##_t
 ZC_NCCL_COLLNET_V9_V10(v10);
 ZC_NCCL_COLLNET_V9_V10(v9);
 #undef ZC_NCCL_COLLNET_V9_V10
+#undef ZC_NCCL_COLLNET_SLOTS
 
 typedef struct {
     const char *name;
