@@ -7,6 +7,17 @@
  *
  *   nccl_collnet_bench PLUGIN_PATH [--ranks N] [--chunk SIZE] [--region SIZE]
  *                      [--window N] [--passes N] [--codecs none,qsgd,fp16,bf16]
+ *                      [--tuner CHANNELS]
+ *
+ * --tuner CHANNELS: the sizes NCCL 2.30 would hand iallreduce for an
+ * all-reduce of the region on CHANNELS CollNet Chain channels with one GPU per
+ * node, without and with the plugin's tuner, in the same run: NCCL's own chunk
+ * (calcCollChunking: min(256 KiB, NCCL_BUFFSIZE/8), halved while the region
+ * holds fewer than 64, 8, 1 chunks per channel; addendum section 7.3) and the
+ * one the plugin's ncclTunerPlugin_v6 getChunkSize returns for it (after a
+ * CollNet init of the same commId, as NCCL calls them; ZIPCCL_TUNER_CHUNK,
+ * capped at NCCL_BUFFSIZE/8). Each iallreduce carries CHANNELS chunks (one
+ * group of up to 8 channels). --chunk is then ignored.
  *
  * Defaults: 4 ranks, chunks of 512 KiB, a 64 MiB region, 8 chunks in flight,
  * 5 timed passes after one warm-up pass. The figure per codec is the best pass
@@ -45,7 +56,7 @@
 
 typedef struct options {
     const char *plugin;
-    int ranks, window, passes;
+    int ranks, window, passes, tuner_channels;
     size_t chunk, region;
     const char *codecs[MAX_CODECS];
     int ncodecs;
@@ -111,7 +122,7 @@ static int collect(const char *dir, const char *name, int rank, void *buf, size_
 }
 
 typedef struct head {
-    const ncclCollNet_v11_t *cn;
+    const ncclCollNet_v12_t *cn;
     void *cc, *mh;
     uint8_t *send, *recv;
     int token[2]; /* barrier buffers */
@@ -157,7 +168,7 @@ static int rank_main(const options_t *o, int rank, const char *dir, int pipe_fd)
         fprintf(stderr, "bench: dlopen %s: %s\n", o->plugin, dlerror());
         return 1;
     }
-    head_t h = {.cn = dlsym(lib, "ncclCollNetPlugin_v11")};
+    head_t h = {.cn = dlsym(lib, "ncclCollNetPlugin_v12")};
     void *ctx, *lc;
     int ndev;
     uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
@@ -278,6 +289,89 @@ static result_t run_codec(const options_t *o, const char *codec)
     return res;
 }
 
+/* ---- the chunk NCCL 2.30 picks, and the one the plugin's tuner asks for ------------------- */
+
+static size_t nccl_buffsize(void)
+{
+    const char *s = getenv("NCCL_BUFFSIZE");
+    long long v = s ? strtoll(s, NULL, 0) : 0;
+    return v > 0 ? (size_t)v : (size_t)4 << 20;
+}
+
+/* calcCollChunking for CollNetChain, depth 1 (one GPU per node), SIMPLE (addendum 7.3). */
+static size_t nccl_chain_chunk(size_t bytes, int nch)
+{
+    size_t step = nccl_buffsize() / 8, chunk = step < (256u << 10) ? step : (256u << 10);
+    while (bytes / ((size_t)nch * chunk) < 64 && chunk > 131072)
+        chunk /= 2;
+    while (bytes / ((size_t)nch * chunk) < 8 && chunk > 65536)
+        chunk /= 2;
+    while (bytes / ((size_t)nch * chunk) < 1 && chunk > 32768)
+        chunk /= 2;
+    return chunk / 512 * 512;
+}
+
+/* What the plugin's tuner v6 makes of NCCL's @p chunk; 0 when it cannot be asked. */
+static size_t tuner_chunk(const options_t *o, size_t chunk)
+{
+    void *lib = dlopen(o->plugin, RTLD_NOW | RTLD_LOCAL);
+    const ncclCollNet_v12_t *cn = lib ? dlsym(lib, "ncclCollNetPlugin_v12") : NULL;
+    const ncclTuner_v6_t *tuner = lib ? dlsym(lib, "ncclTunerPlugin_v6") : NULL;
+    void *cctx = NULL, *tctx = NULL;
+    static ncclTunerConstants_v6_t constants;
+    ncclNvlDomainInfo_v6_t nvl = {o->ranks, 1, 1};
+    size_t out = 0;
+
+    if (!cn || !tuner)
+        return 0;
+    setenv("ZIPCCL_NET_IFNAME", "lo", 0);
+    if (cn->init(&cctx, 0xbe7c, quiet_logger) == ncclSuccess &&
+        tuner->init(&tctx, 0xbe7c, (size_t)o->ranks, (size_t)o->ranks, quiet_logger, &nvl,
+                    &constants) == ncclSuccess) {
+        out = chunk;
+        if (tuner->getChunkSize(tctx, ncclFuncAllReduce, o->region, NCCL_ALGO_COLLNET_CHAIN,
+                                NCCL_PROTO_SIMPLE, o->tuner_channels, &out) != ncclSuccess)
+            out = 0;
+        /* what NCCL does with it: clamp to NCCL_BUFFSIZE/8, round down to 512 */
+        if (out > nccl_buffsize() / 8)
+            out = nccl_buffsize() / 8;
+        out = out / 512 * 512;
+        tuner->finalize(tctx);
+    }
+    if (cctx)
+        cn->finalize(cctx);
+    dlclose(lib);
+    return out;
+}
+
+/* One table: raw first (the baseline), then the codecs, at o->chunk per iallreduce. */
+static int run_table(const options_t *o, double gbs_p[MAX_CODECS], double wire_p[MAX_CODECS])
+{
+    result_t raw = run_codec(o, "none");
+    if (!raw.ok) {
+        fprintf(stderr, "bench: the raw run failed\n");
+        return 1;
+    }
+    printf("%-6s %10s %10s %10s %14s %12s %12s\n", "codec", "KiB/call", "ms/pass", "GB/s",
+           "wire MiB/pass", "speed ratio", "wire ratio");
+    int rc = 0;
+    for (int c = 0; c < o->ncodecs; c++) {
+        result_t r = strcmp(o->codecs[c], "none") == 0 ? raw : run_codec(o, o->codecs[c]);
+        if (!r.ok) {
+            printf("%-6s failed\n", o->codecs[c]);
+            rc = 1;
+            continue;
+        }
+        gbs_p[c] = (double)o->region / r.best_s * 1e-9;
+        wire_p[c] = raw.wire_bytes / r.wire_bytes;
+        printf("%-6s %10zu %10.2f %10.3f %14.2f %12.2f %12.2f\n", o->codecs[c], o->chunk >> 10,
+               r.best_s * 1e3, gbs_p[c], r.wire_bytes / (1 << 20), raw.best_s / r.best_s,
+               wire_p[c]);
+        fflush(stdout);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     options_t o = {.ranks = 4, .window = 8, .passes = 5, .chunk = 512u << 10, .region = 64u << 20};
@@ -286,7 +380,7 @@ int main(int argc, char **argv)
     if (argc < 2 || argv[1][0] == '-') {
         fprintf(stderr,
                 "usage: %s PLUGIN_PATH [--ranks N] [--chunk SIZE] [--region SIZE] "
-                "[--window N] [--passes N] [--codecs LIST]\n",
+                "[--window N] [--passes N] [--codecs LIST] [--tuner CHANNELS]\n",
                 argv[0]);
         return 2;
     }
@@ -305,6 +399,8 @@ int main(int argc, char **argv)
             o.passes = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--codecs"))
             codec_list = argv[i + 1];
+        else if (!strcmp(argv[i], "--tuner"))
+            o.tuner_channels = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "bench: unknown option %s\n", argv[i]);
             return 2;
@@ -326,29 +422,45 @@ int main(int argc, char **argv)
         for (int c = 0; c < MAX_CODECS; c++)
             o.codecs[o.ncodecs++] = defaults[c];
     }
-    /* the raw path is the baseline: always measured, first */
-    result_t raw = run_codec(&o, "none");
-    if (!raw.ok) {
-        fprintf(stderr, "bench: the raw run failed\n");
+    if (o.tuner_channels < 0 || o.tuner_channels > 8) {
+        fprintf(stderr, "bench: --tuner takes 1..8 channels\n");
+        return 2;
+    }
+    if (o.tuner_channels == 0) {
+        printf("nccl_collnet_bench: %d ranks, %zu KiB chunks, %zu MiB region, window %d, best of "
+               "%d passes\n",
+               o.ranks, o.chunk >> 10, o.region >> 20, o.window, o.passes);
+        double gbs[MAX_CODECS], wire[MAX_CODECS];
+        return run_table(&o, gbs, wire);
+    }
+
+    /* NCCL's chunks against the tuner's, in this run */
+    size_t nccl = nccl_chain_chunk(o.region, o.tuner_channels);
+    size_t tuned = tuner_chunk(&o, nccl);
+    if (tuned == 0) {
+        fprintf(stderr, "bench: the plugin's tuner (ncclTunerPlugin_v6) could not be asked\n");
         return 1;
     }
-    printf("nccl_collnet_bench: %d ranks, %zu KiB chunks, %zu MiB region, window %d, best of %d "
-           "passes\n",
-           o.ranks, o.chunk >> 10, o.region >> 20, o.window, o.passes);
-    printf("%-6s %10s %10s %14s %12s %12s\n", "codec", "ms/pass", "GB/s", "wire MiB/pass",
-           "speed ratio", "wire ratio");
+    printf("nccl_collnet_bench: %d ranks, %zu MiB region, CollNet Chain on %d channels, window "
+           "%d, best of %d passes; NCCL_BUFFSIZE %zu\n"
+           "NCCL's chunk %zu KiB, the tuner's %zu KiB (each iallreduce carries %d of them)\n",
+           o.ranks, o.region >> 20, o.tuner_channels, o.window, o.passes, nccl_buffsize(),
+           nccl >> 10, tuned >> 10, o.tuner_channels);
+    double gbs[2][MAX_CODECS] = {{0}}, wire[2][MAX_CODECS] = {{0}};
+    size_t per_call[2] = {nccl * (size_t)o.tuner_channels, tuned * (size_t)o.tuner_channels};
+    const char *label[2] = {"NCCL's chunks", "the tuner's chunks"};
     int rc = 0;
-    for (int c = 0; c < o.ncodecs; c++) {
-        result_t r = strcmp(o.codecs[c], "none") == 0 ? raw : run_codec(&o, o.codecs[c]);
-        if (!r.ok) {
-            printf("%-6s failed\n", o.codecs[c]);
-            rc = 1;
-            continue;
+    for (int k = 0; k < 2; k++) {
+        o.chunk = per_call[k];
+        if (o.region % o.chunk) {
+            fprintf(stderr, "bench: the region is not a multiple of %zu bytes\n", o.chunk);
+            return 2;
         }
-        printf("%-6s %10.2f %10.3f %14.2f %12.2f %12.2f\n", o.codecs[c], r.best_s * 1e3,
-               (double)o.region / r.best_s * 1e-9, r.wire_bytes / (1 << 20), raw.best_s / r.best_s,
-               raw.wire_bytes / r.wire_bytes);
-        fflush(stdout);
+        printf("-- %s\n", label[k]);
+        rc |= run_table(&o, gbs[k], wire[k]);
     }
+    printf("%-6s %16s %16s\n", "codec", "GB/s tuner/NCCL", "wire tuner/NCCL");
+    for (int c = 0; c < o.ncodecs; c++)
+        printf("%-6s %16.2f %16.2f\n", o.codecs[c], gbs[1][c] / gbs[0][c], wire[1][c] / wire[0][c]);
     return rc;
 }

@@ -1,7 +1,29 @@
 /*
- * ncclCollNet v11: NCCL hands each node head's share of an all-reduce (pieces
+ * ncclCollNet v12: NCCL hands each node head's share of an all-reduce (pieces
  * of its staging buffer, in host memory) to iallreduce; zipccl reduces them
  * among the heads, compressed per ZIPCCL_COLLNET_CODEC.
+ *
+ * Contexts: init runs once per communicator (every communicator, whether or
+ * not NCCL_COLLNET_ENABLE is set) and finalize once per context. A context
+ * holds a reference on the process-wide state (setup.c) and is listed under
+ * its commId so that the tuner (tuner.c) can tell whether NCCL's CollNet for a
+ * communicator is this library's.
+ *
+ * Reduce-scatter and all-gather (CollNetDirect and multi-node NVLS; NCCL 2.30
+ * passes one part and a window [windowOffset, windowOffset + windowBytes) of
+ * the nNodes x bytesPerRank vector, addendum section 6.2): the heads'
+ * communicator has only an all-reduce, so both are built on it. ireducescatter
+ * all-reduces the window (compressed as iallreduce is: float sums of at least
+ * ZIPCCL_MIN_BYTES, the rest raw) into a scratch buffer and keeps this node's
+ * part; iallgather places this node's bytes at their offset in a zeroed window
+ * and all-reduces it as bytes (uint8 sum, raw: exactly one node contributes
+ * each byte, so the sum is the byte). Both move an all-reduce's bytes, twice
+ * what a dedicated reduce-scatter or all-gather would (a native one needs
+ * collectives/ to offer them). Compression still halves the raw
+ * reduce-scatter's bytes at qsgd's 8 bits; a raw all-gather through here only
+ * loses to NCCL's own ring, which is why the v12 table leaves iallgather NULL
+ * (NCCL 2.30 then never picks CollNet for all-gather) while the v11..v8 tables,
+ * which NCCL 2.30 wraps without looking at NULL, carry it.
  *
  * Meeting the other heads: listen() opens a TCP socket on the device's address
  * (port chosen by the kernel) and writes {magic, family, address, port, random
@@ -36,6 +58,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,8 +97,12 @@ typedef struct collnet_comm collnet_comm_t;
 
 typedef struct collnet_req {
     collnet_comm_t *owner; /* NULL while free */
-    zc_request_t *zreq;
+    zc_request_t *zreq;    /* NULL for an empty window: done at once */
     size_t bytes;
+    uint8_t *scratch; /* reduce-scatter and all-gather: the window, kept for the next use */
+    size_t scratch_cap;
+    uint8_t *copy_dst; /* reduce-scatter: scratch + copy_off goes there once done */
+    size_t copy_off, copy_len;
 } collnet_req_t;
 
 struct collnet_comm {
@@ -91,24 +118,52 @@ typedef struct collnet_mr {
     size_t size;
 } collnet_mr_t;
 
-/* One context for every communicator: nothing in it depends on the communicator. */
-static struct collnet_ctx {
-    int initialized;
-} collnet_ctx;
+#define COLLNET_CTX_MAGIC UINT64_C(0x7a63636e63747821) /* "zccnctx!" */
+
+/* A communicator's CollNet context; the live ones are listed for the tuner. */
+typedef struct collnet_ctx {
+    uint64_t magic;
+    uint64_t comm_id;
+    struct collnet_ctx *next;
+} collnet_ctx_t;
+
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static collnet_ctx_t *live_ctxs;
 
 /* ---- init and devices ---------------------------------------------------------------------- */
 
-ncclResult_t zc_collnet_init(void **ctx, uint64_t commId, ncclDebugLogger_t logFunction)
+ncclResult_t zc_collnet_init(void **ctx_p, uint64_t commId, ncclDebugLogger_t logFunction)
 {
-    (void)commId;
-    if (!ctx)
+    if (!ctx_p)
         return ncclInternalError;
     ncclResult_t res = zc_nccl_setup(logFunction);
     if (res != ncclSuccess)
         return res;
-    collnet_ctx.initialized = 1;
-    *ctx = &collnet_ctx;
+    collnet_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx) {
+        ZC_ERROR("collnet: no memory for a plugin context");
+        zc_nccl_release();
+        return ncclSystemError;
+    }
+    ctx->magic = COLLNET_CTX_MAGIC;
+    ctx->comm_id = commId;
+    pthread_mutex_lock(&ctx_lock);
+    ctx->next = live_ctxs;
+    live_ctxs = ctx;
+    pthread_mutex_unlock(&ctx_lock);
+    *ctx_p = ctx;
     return ncclSuccess;
+}
+
+int zc_collnet_serves(uint64_t commId)
+{
+    int found = 0;
+
+    pthread_mutex_lock(&ctx_lock);
+    for (const collnet_ctx_t *c = live_ctxs; c && !found; c = c->next)
+        found = c->comm_id == commId;
+    pthread_mutex_unlock(&ctx_lock);
+    return found;
 }
 
 ncclResult_t zc_collnet_devices(int *ndev)
@@ -119,7 +174,7 @@ ncclResult_t zc_collnet_devices(int *ndev)
     return ncclSuccess;
 }
 
-ncclResult_t zc_collnet_get_properties(int dev, ncclNetProperties_v11_t *props)
+ncclResult_t zc_collnet_get_properties(int dev, ncclNetProperties_v12_t *props)
 {
     if (!props)
         return ncclInternalError;
@@ -131,9 +186,29 @@ ncclResult_t zc_collnet_get_properties(int dev, ncclNetProperties_v11_t *props)
     return ncclSuccess;
 }
 
-ncclResult_t zc_collnet_finalize(void *ctx)
+ncclResult_t zc_collnet_finalize(void *ctx_arg)
 {
-    (void)ctx;
+    collnet_ctx_t *ctx = ctx_arg;
+    int found = 0;
+
+    if (!ctx)
+        return ncclSuccess; /* NCCL 2.28 finalizes a context whose init failed */
+    pthread_mutex_lock(&ctx_lock);
+    for (collnet_ctx_t **p = &live_ctxs; *p; p = &(*p)->next) {
+        if (*p == ctx) {
+            *p = ctx->next;
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ctx_lock);
+    if (!found) {
+        ZC_ERROR("collnet: finalize of a context that is not live (finalized twice, or not ours)");
+        return ncclInternalError;
+    }
+    ctx->magic = 0;
+    free(ctx);
+    zc_nccl_release();
     return ncclSuccess;
 }
 
@@ -256,6 +331,7 @@ static void collnet_comm_free(collnet_comm_t *cc)
     for (int i = 0; i < COLLNET_MAX_REQUESTS; i++) {
         if (cc->reqs[i].owner && cc->reqs[i].zreq)
             (void)zc_wait(&cc->reqs[i].zreq); /* NCCL closes after the last test; a safety net */
+        free(cc->reqs[i].scratch);
     }
     zc_comm_destroy(cc->comm);
     free(cc);
@@ -363,13 +439,33 @@ static int map_types(ncclDataType_t type, ncclRedOp_t op, zc_dtype_t *dtype_p, z
     return op != ncclAvg && zc_nccl_dtype(type, dtype_p) && zc_nccl_redop(op, op_p);
 }
 
-ncclResult_t zc_collnet_reduce_support(ncclDataType_t dataType, ncclRedOp_t redOp, int *supported)
+/*
+ * What reduceSupport offers NCCL: the float sums CollNet compresses (NCCL maps
+ * avg to sum before asking), and with ZIPCCL_COLLNET_ALL_TYPES=1 everything
+ * else zipccl reduces (raw). Only float sums by default because NCCL's tuner
+ * hook sees no type: the tuner's preference for CollNet (tuner.c) reaches
+ * exactly the (type, op) pairs answered 1 here. The answer depends on
+ * (type, op) and an AGREED variable only (the heads' communicator refuses to
+ * form when they differ), so it is identical on every rank.
+ */
+static int offered(ncclDataType_t type, ncclRedOp_t op)
 {
     zc_dtype_t dt;
-    zc_redop_t op;
+    zc_redop_t zop;
+    const zc_config_t *cfg = zc_nccl_config();
+
+    if (!map_types(type, op, &dt, &zop))
+        return 0;
+    if (cfg && cfg->collnet_all_types)
+        return 1;
+    return op == ncclSum && (type == ncclFloat32 || type == ncclFloat16 || type == ncclBfloat16);
+}
+
+ncclResult_t zc_collnet_reduce_support(ncclDataType_t dataType, ncclRedOp_t redOp, int *supported)
+{
     if (!supported)
         return ncclInternalError;
-    *supported = map_types(dataType, redOp, &dt, &op);
+    *supported = offered(dataType, redOp);
     return ncclSuccess;
 }
 
@@ -411,6 +507,36 @@ ncclResult_t zc_collnet_dereg_mr(void *collComm, void *mhandle)
 
 /* ---- the data path ------------------------------------------------------------------------- */
 
+/* A free request slot, or NULL (back-pressure: NCCL posts the call again later). */
+static collnet_req_t *req_take(collnet_comm_t *cc)
+{
+    return cc->nfree > 0 ? &cc->reqs[cc->free_list[cc->nfree - 1]] : NULL;
+}
+
+/* Hands @p req, whose all-reduce (if any) was posted, to NCCL. */
+static void req_post(collnet_comm_t *cc, collnet_req_t *req, size_t bytes, void **request)
+{
+    cc->nfree--;
+    req->owner = cc;
+    req->bytes = bytes;
+    *request = req;
+}
+
+/* @p req's scratch buffer, at least @p bytes long; 0 when out of memory (logged). */
+static int req_scratch(collnet_req_t *req, size_t bytes)
+{
+    if (req->scratch_cap >= bytes)
+        return 1;
+    uint8_t *p = realloc(req->scratch, bytes);
+    if (!p) {
+        ZC_ERROR("collnet: no memory for a %zu-byte window", bytes);
+        return 0;
+    }
+    req->scratch = p;
+    req->scratch_cap = bytes;
+    return 1;
+}
+
 ncclResult_t zc_collnet_iallreduce(void *collComm, void *sendData, void *recvData, size_t count,
                                    ncclDataType_t dataType, ncclRedOp_t redOp, void *sendMhandle,
                                    void *recvMhandle, void **request)
@@ -432,19 +558,140 @@ ncclResult_t zc_collnet_iallreduce(void *collComm, void *sendData, void *recvDat
         ZC_ERROR("collnet: iallreduce of %zu elements exceeds maxCollBytes", count);
         return ncclInternalError;
     }
-    if (cc->nfree == 0) {
+    collnet_req_t *req = req_take(cc);
+    if (!req) {
         *request = NULL; /* back-pressure: NCCL posts it again later */
         return ncclSuccess;
     }
-    collnet_req_t *req = &cc->reqs[cc->free_list[cc->nfree - 1]];
     /* key 0: stateless codecs keep no state under it */
     zc_status_t status = zc_iallreduce(cc->comm, sendData, recvData, count, dt, op, 0, &req->zreq);
     if (status != ZC_OK)
         return zc_nccl_result(status);
-    cc->nfree--;
-    req->owner = cc;
-    req->bytes = count * zc_dtype_bytes(dt);
-    *request = req;
+    req->copy_len = 0;
+    req_post(cc, req, count * zc_dtype_bytes(dt), request);
+    return ncclSuccess;
+}
+
+/*
+ * The bytes of node @p rank's part [rank B, (rank+1) B) of the global vector that
+ * fall in the window [off, off + len): [*lo_p, *hi_p) relative to the window
+ * (empty when equal).
+ */
+static void window_part(int rank, size_t bytes_per_rank, size_t off, size_t len, size_t *lo_p,
+                        size_t *hi_p)
+{
+    size_t part_lo = (size_t)rank * bytes_per_rank, part_hi = part_lo + bytes_per_rank;
+    size_t lo = part_lo > off ? part_lo : off, hi = part_hi < off + len ? part_hi : off + len;
+    *lo_p = lo < hi ? lo - off : 0;
+    *hi_p = lo < hi ? hi - off : 0;
+}
+
+/*
+ * The checks iallgather and ireducescatter share, and this node's part of the
+ * window in [*lo_p, *hi_p) (@p node_buf, its send or receive buffer, must be
+ * there when the part is not empty); ncclInternalError (logged) for a bad call.
+ */
+static ncclResult_t check_window(const char *what, collnet_comm_t *cc, int nparts,
+                                 const ncclNetSGE_v12_t *parts, size_t bytes_per_rank,
+                                 size_t window_offset, size_t window_bytes, size_t type_bytes,
+                                 const void *node_buf, void **request, size_t *lo_p, size_t *hi_p)
+{
+    if (!cc || !parts || !request || nparts != 1 || !parts[0].address) {
+        ZC_ERROR("collnet: %s with %d parts (NCCL passes one) or a NULL pointer", what, nparts);
+        return ncclInternalError;
+    }
+    if (parts[0].size < window_bytes || window_bytes > COLLNET_MAX_BYTES ||
+        window_offset % type_bytes || window_bytes % type_bytes || bytes_per_rank % type_bytes ||
+        bytes_per_rank > SIZE_MAX / (size_t)cc->nranks ||
+        window_offset + window_bytes > bytes_per_rank * (size_t)cc->nranks) {
+        ZC_ERROR("collnet: %s of window [%zu, +%zu) with %zu bytes per node of %d (part of %zu "
+                 "bytes, elements of %zu) does not fit",
+                 what, window_offset, window_bytes, bytes_per_rank, cc->nranks,
+                 (size_t)parts[0].size, type_bytes);
+        return ncclInternalError;
+    }
+    window_part(cc->rank, bytes_per_rank, window_offset, window_bytes, lo_p, hi_p);
+    if (*hi_p > *lo_p && !node_buf) {
+        ZC_ERROR("collnet: %s with a NULL buffer for this node's part", what);
+        return ncclInternalError;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t zc_collnet_ireducescatter(void *collComm, int nSendParts, ncclNetSGE_v12_t *sendParts,
+                                       void *recvData, size_t bytesPerRank, size_t windowOffset,
+                                       size_t windowBytes, ncclDataType_t dataType,
+                                       ncclRedOp_t redOp, void *recvMhandle, void **request)
+{
+    collnet_comm_t *cc = collComm;
+    zc_dtype_t dt;
+    zc_redop_t op;
+    size_t lo, hi;
+
+    (void)recvMhandle;
+    if (!map_types(dataType, redOp, &dt, &op)) {
+        ZC_ERROR("collnet: ireducescatter of type %d with operation %d, which reduceSupport "
+                 "declined",
+                 (int)dataType, (int)redOp);
+        return ncclInternalError;
+    }
+    ncclResult_t res =
+        check_window("ireducescatter", cc, nSendParts, sendParts, bytesPerRank, windowOffset,
+                     windowBytes, zc_dtype_bytes(dt), recvData, request, &lo, &hi);
+    if (res != ncclSuccess)
+        return res;
+    collnet_req_t *req = req_take(cc);
+    if (!req) {
+        *request = NULL;
+        return ncclSuccess;
+    }
+    if (windowBytes > 0) {
+        if (!req_scratch(req, windowBytes))
+            return ncclSystemError;
+        /* the whole window on every head (same count everywhere), compressed like iallreduce */
+        zc_status_t status = zc_iallreduce(cc->comm, sendParts[0].address, req->scratch,
+                                           windowBytes / zc_dtype_bytes(dt), dt, op, 0, &req->zreq);
+        if (status != ZC_OK)
+            return zc_nccl_result(status);
+    }
+    req->copy_dst = recvData;
+    req->copy_off = lo;
+    req->copy_len = hi - lo;
+    req_post(cc, req, hi - lo, request);
+    return ncclSuccess;
+}
+
+ncclResult_t zc_collnet_iallgather(void *collComm, void *sendData, int nRecvParts,
+                                   ncclNetSGE_v12_t *recvParts, size_t bytesPerRank,
+                                   size_t windowOffset, size_t windowBytes, void *sendMhandle,
+                                   void **request)
+{
+    collnet_comm_t *cc = collComm;
+    size_t lo, hi;
+
+    (void)sendMhandle;
+    ncclResult_t res = check_window("iallgather", cc, nRecvParts, recvParts, bytesPerRank,
+                                    windowOffset, windowBytes, 1, sendData, request, &lo, &hi);
+    if (res != ncclSuccess)
+        return res;
+    collnet_req_t *req = req_take(cc);
+    if (!req) {
+        *request = NULL;
+        return ncclSuccess;
+    }
+    if (windowBytes > 0) {
+        if (!req_scratch(req, windowBytes))
+            return ncclSystemError;
+        /* this node's bytes at their place, zeros elsewhere: the byte sum is the gather */
+        memset(req->scratch, 0, windowBytes);
+        memcpy(req->scratch + lo, sendData, hi - lo);
+        zc_status_t status = zc_iallreduce(cc->comm, req->scratch, recvParts[0].address,
+                                           windowBytes, ZC_DTYPE_U8, ZC_OP_SUM, 0, &req->zreq);
+        if (status != ZC_OK)
+            return zc_nccl_result(status);
+    }
+    req->copy_len = 0;
+    req_post(cc, req, windowBytes, request);
     return ncclSuccess;
 }
 
@@ -462,9 +709,9 @@ ncclResult_t zc_collnet_iflush(void *collComm, void *data, int size, void *mhand
 ncclResult_t zc_collnet_test(void *request, int *done, int *size)
 {
     collnet_req_t *req = request;
-    if (!req || !done || !req->owner || !req->zreq)
+    if (!req || !done || !req->owner)
         return ncclInternalError;
-    zc_status_t status = zc_test(&req->zreq);
+    zc_status_t status = req->zreq ? zc_test(&req->zreq) : ZC_OK;
     if (status == ZC_INPROGRESS) {
         *done = 0;
         return ncclSuccess;
@@ -475,6 +722,9 @@ ncclResult_t zc_collnet_test(void *request, int *done, int *size)
     cc->free_list[cc->nfree++] = (int)(req - cc->reqs);
     if (status != ZC_OK)
         return zc_nccl_result(status); /* the collectives layer logged the cause */
+    if (req->copy_len > 0)             /* reduce-scatter: this node's part of the window */
+        memcpy(req->copy_dst, req->scratch + req->copy_off, req->copy_len);
+    req->copy_len = 0;
     *done = 1;
     if (size)
         *size = (int)req->bytes;

@@ -1,35 +1,55 @@
 /*
- * ncclCollNet v10, v9 and v8 onto the v11 implementation (collnet.c). NCCL
- * calls their init once per process without a context, so the adapters keep
- * one process-wide context. Properties come from the net adapters
- * (net_compat.c): CollNet device i is net device i.
+ * ncclCollNet v11, v10, v9 and v8 onto the v12 implementation (collnet.c).
+ * v11 differs only in the properties' layout. v10 and older have no context:
+ * NCCL calls their init once per process, so the adapters keep one
+ * process-wide context (never finalized: these versions have no finalize).
+ * Properties come from the net adapters (net_compat.c): CollNet device i is
+ * net device i. v8's scatter-gather entries carry 32-bit sizes.
  */
 #include "plugin/nccl/plugin.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stddef.h>
 
 /* The context of every pre-v11 communicator. */
+static pthread_mutex_t collnet_v9_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *collnet_v9_ctx;
 
 ncclResult_t zc_collnet_v9_init(ncclDebugLogger_t logFunction)
 {
-    return zc_collnet_init(&collnet_v9_ctx, 0, logFunction);
+    ncclResult_t res = ncclSuccess;
+
+    pthread_mutex_lock(&collnet_v9_lock);
+    if (!collnet_v9_ctx)
+        res = zc_collnet_init(&collnet_v9_ctx, 0, logFunction);
+    pthread_mutex_unlock(&collnet_v9_lock);
+    return res;
+}
+
+ncclResult_t zc_collnet_v11_get_properties(int dev, ncclNetProperties_v11_t *props)
+{
+    ncclNetProperties_v12_t p;
+
+    ncclResult_t res = props ? zc_collnet_get_properties(dev, &p) : ncclInternalError;
+    if (res == ncclSuccess)
+        zc_nccl_properties_v11(&p, props);
+    return res;
 }
 
 ncclResult_t zc_collnet_v10_get_properties(int dev, ncclNetProperties_v10_t *props)
 {
-    ncclNetProperties_v11_t p11;
+    ncclNetProperties_v12_t p;
     if (!props)
         return ncclInternalError;
     ncclResult_t res = zc_net_v10_get_properties(dev, props);
     if (res != ncclSuccess)
         return res;
-    /* the v11 CollNet properties cap maxCollBytes (test() reports int sizes) */
-    res = zc_collnet_get_properties(dev, &p11);
+    /* the CollNet properties cap maxCollBytes (test() reports int sizes) */
+    res = zc_collnet_get_properties(dev, &p);
     if (res != ncclSuccess)
         return res;
-    props->maxCollBytes = p11.maxCollBytes;
+    props->maxCollBytes = p.maxCollBytes;
     return ncclSuccess;
 }
 
@@ -51,4 +71,35 @@ ncclResult_t zc_collnet_v8_iallreduce(void *collComm, void *sendData, void *recv
         return ncclInternalError;
     return zc_collnet_iallreduce(collComm, sendData, recvData, (size_t)count, dataType, redOp,
                                  sendMhandle, recvMhandle, request);
+}
+
+/* v8's one part as v12's (NCCL always passes exactly one; the implementation rejects others) */
+static ncclNetSGE_v12_t sge_v12(int nparts, const ncclNetSGE_v8_t *parts)
+{
+    ncclNetSGE_v12_t sge = {0};
+    if (nparts >= 1 && parts)
+        sge = (ncclNetSGE_v12_t){parts[0].mhandle, parts[0].address, parts[0].size};
+    return sge;
+}
+
+ncclResult_t zc_collnet_v8_iallgather(void *collComm, void *sendData, int nRecvParts,
+                                      ncclNetSGE_v8_t *recvParts, size_t bytesPerRank,
+                                      size_t windowOffset, size_t windowBytes, void *sendMhandle,
+                                      void **request)
+{
+    ncclNetSGE_v12_t part = sge_v12(nRecvParts, recvParts);
+    return zc_collnet_iallgather(collComm, sendData, nRecvParts, recvParts ? &part : NULL,
+                                 bytesPerRank, windowOffset, windowBytes, sendMhandle, request);
+}
+
+ncclResult_t zc_collnet_v8_ireducescatter(void *collComm, int nSendParts,
+                                          ncclNetSGE_v8_t *sendParts, void *recvData,
+                                          size_t bytesPerRank, size_t windowOffset,
+                                          size_t windowBytes, ncclDataType_t dataType,
+                                          ncclRedOp_t redOp, void *recvMhandle, void **request)
+{
+    ncclNetSGE_v12_t part = sge_v12(nSendParts, sendParts);
+    return zc_collnet_ireducescatter(collComm, nSendParts, sendParts ? &part : NULL, recvData,
+                                     bytesPerRank, windowOffset, windowBytes, dataType, redOp,
+                                     recvMhandle, request);
 }

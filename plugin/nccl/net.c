@@ -1,5 +1,5 @@
 /*
- * ncclNet v11 over UCX: NCCL's point-to-point traffic between nodes.
+ * ncclNet v12 over UCX: NCCL's point-to-point traffic between nodes.
  *
  * Files. net.c: the plugin context and connections' lifetime (this comment
  * is the design); net_shake.c: listen, connect, accept (the handshake);
@@ -48,6 +48,19 @@
  * cookie (host memory: UCX registers what its transports need and caches it);
  * NCCL_PTR_CUDA fails, as ptrSupport is HOST. iflush has nothing to flush.
  *
+ * Lifecycle. Since v11 NCCL calls init once per communicator (communicators
+ * that share resources share one context) and finalize once per context, under
+ * a process-wide mutex of its own, while other communicators' proxy threads
+ * keep calling the data path. Each context is independent (its own worker); the
+ * process-wide state (configuration, devices: setup.c; the UCP context:
+ * transport/ucx) is reference counted by the live contexts and freed with the
+ * last, because NCCL then dlcloses the library (NCCL_NET_PLUGIN_REF_COUNT=0)
+ * and opens it again for the next communicator. A context lives on after
+ * finalize until its last comm is closed (NCCL closes them all first).
+ * setNetAttr's hints (peers, flows, collective and algorithm of the coming
+ * transfers) are accepted and kept per context; UCX has no per-worker setting
+ * they would map to, so they change nothing yet (logged at debug level).
+ *
  * Failures. A peer that dies or closes fails the endpoint (UCX peer error
  * handling, unless ZIPCCL_UCX_PEER_ERRORS=0). Its sends fail in UCX; its
  * receives cannot (a tag receive has no source), so test cancels a receive
@@ -70,6 +83,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 net_ctx_t *zc_net_ctx_of(void *ctx)
 {
@@ -98,6 +112,7 @@ static void ctx_destroy(net_ctx_t *ctx)
     zc_ucx_worker_destroy(ctx->worker);
     ctx->magic = NET_MAGIC_DEAD;
     free(ctx);
+    zc_nccl_release(); /* the context's reference on the process-wide state */
 }
 
 void zc_net_ctx_unref_unlock(net_ctx_t *ctx)
@@ -188,7 +203,7 @@ void zc_net_comm_close_unlock(net_comm_t *comm)
 
 /* ---- init, devices, properties, finalize ---- */
 
-ncclResult_t zc_net_init(void **ctx_p, uint64_t commId, ncclNetCommConfig_v11_t *config,
+ncclResult_t zc_net_init(void **ctx_p, uint64_t commId, ncclNetCommConfig_v12_t *config,
                          ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction)
 {
     if (!ctx_p)
@@ -200,6 +215,7 @@ ncclResult_t zc_net_init(void **ctx_p, uint64_t commId, ncclNetCommConfig_v11_t 
     net_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (!ctx) {
         ZC_ERROR("net: no memory for a plugin context");
+        zc_nccl_release();
         return ncclSystemError;
     }
     ctx->magic = NET_MAGIC_CTX;
@@ -236,7 +252,7 @@ ncclResult_t zc_net_devices(int *ndev)
     return ncclSuccess;
 }
 
-ncclResult_t zc_net_get_properties(int dev, ncclNetProperties_v11_t *props)
+ncclResult_t zc_net_get_properties(int dev, ncclNetProperties_v12_t *props)
 {
     return zc_nccl_properties(dev, props);
 }
@@ -251,5 +267,27 @@ ncclResult_t zc_net_finalize(void *ctx_arg)
     zc_net_lock(ctx);
     ctx->magic = NET_MAGIC_DEAD; /* no new comms; open ones keep it alive */
     zc_net_ctx_unref_unlock(ctx);
+    return ncclSuccess;
+}
+
+ncclResult_t zc_net_set_net_attr(void *ctx_arg, ncclNetAttr_v12_t *netAttr)
+{
+    net_ctx_t *ctx = zc_net_ctx_of(ctx_arg);
+    if (!ctx || !netAttr)
+        return ncclInternalError;
+    /* from NCCL's service and progress threads alike: under the context's lock */
+    zc_net_lock(ctx);
+    int changed = !ctx->attr_set || memcmp(&ctx->attr, netAttr, sizeof(*netAttr)) != 0;
+    ctx->attr = *netAttr;
+    ctx->attr_set = 1;
+    zc_net_unlock(ctx);
+    if (changed)
+        ZC_DEBUG("net: comm 0x%llx hints: send %d..%d peers %d..%d flows, recv %d..%d peers "
+                 "%d..%d flows, op 0x%x algo 0x%x proto 0x%x",
+                 (unsigned long long)ctx->comm_id, netAttr->sendCommAttr.minConcurrentPeers,
+                 netAttr->sendCommAttr.maxConcurrentPeers, netAttr->sendCommAttr.minFlowsPerPeer,
+                 netAttr->sendCommAttr.maxFlowsPerPeer, netAttr->recvCommAttr.minConcurrentPeers,
+                 netAttr->recvCommAttr.maxConcurrentPeers, netAttr->recvCommAttr.minFlowsPerPeer,
+                 netAttr->recvCommAttr.maxFlowsPerPeer, netAttr->op, netAttr->algo, netAttr->proto);
     return ncclSuccess;
 }

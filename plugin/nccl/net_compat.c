@@ -1,9 +1,14 @@
 /*
- * ncclNet v10, v9 and v8 onto the v11 implementation (net.c).
+ * ncclNet v11, v10, v9 and v8 onto the v12 implementation (net.c).
+ *
+ * v11 has v12's functions but not its properties: vProps holds 4 devices
+ * (8 in v12), so every member after it sits 16 bytes earlier, and there is no
+ * railId/planeId; a v12 struct must never be written through a v11 pointer.
+ * Only getProperties needs an adapter (makeVDevice is NULL in both).
  *
  * These versions have no plugin context: NCCL's adapter calls their init
  * once per process (refcounted on its side) and listen/connect without a
- * context, so the adapters keep one process-wide v11 context, created by the
+ * context, so the adapters keep one process-wide v12 context, created by the
  * first init and kept until the process exits (these versions have no
  * finalize). v9 and v8 lack the phandle arguments; v8 has int sizes and no
  * maxP2pBytes: NCCL's own v8 adapter then never asks for more than 1 GiB per
@@ -36,7 +41,7 @@ ncclResult_t zc_net_v10_init(ncclDebugLogger_t logFunction, ncclProfilerCallback
 
     pthread_mutex_lock(&compat_lock);
     if (!compat_ctx) {
-        ncclNetCommConfig_v11_t config = {.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF};
+        ncclNetCommConfig_v12_t config = {.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF};
         result = zc_net_init(&compat_ctx, 0, &config, logFunction, profFunction);
     }
     pthread_mutex_unlock(&compat_lock);
@@ -59,11 +64,36 @@ ncclResult_t zc_net_v9_init(ncclDebugLogger_t logFunction)
 /* clang-format on */
 #define ZC_PROPS_COPY(member) props->member = p.member;
 
+void zc_nccl_properties_v11(const ncclNetProperties_v12_t *p12, ncclNetProperties_v11_t *props)
+{
+    const ncclNetProperties_v12_t p = *p12;
+
+    memset(props, 0, sizeof(*props));
+    ZC_NET_PROPS_V8_MEMBERS(ZC_PROPS_COPY)
+    props->forceFlush = p.forceFlush;
+    props->vProps.ndevs =
+        p.vProps.ndevs < NCCL_NET_MAX_DEVS_PER_NIC ? p.vProps.ndevs : NCCL_NET_MAX_DEVS_PER_NIC;
+    memcpy(props->vProps.devs, p.vProps.devs, sizeof(props->vProps.devs));
+    props->maxP2pBytes = p.maxP2pBytes;
+    props->maxCollBytes = p.maxCollBytes;
+    props->maxMultiRequestSize = p.maxMultiRequestSize;
+}
+
+ncclResult_t zc_net_v11_get_properties(int dev, ncclNetProperties_v11_t *props)
+{
+    ncclNetProperties_v12_t p;
+
+    ncclResult_t result = props ? zc_net_get_properties(dev, &p) : ncclInternalError;
+    if (result == ncclSuccess)
+        zc_nccl_properties_v11(&p, props);
+    return result;
+}
+
 ncclResult_t zc_net_v10_get_properties(int dev, ncclNetProperties_v10_t *props)
 {
     ncclNetProperties_v11_t p;
 
-    ncclResult_t result = props ? zc_net_get_properties(dev, &p) : ncclInternalError;
+    ncclResult_t result = props ? zc_net_v11_get_properties(dev, &p) : ncclInternalError;
     if (result != ncclSuccess)
         return result;
     ZC_NET_PROPS_V8_MEMBERS(ZC_PROPS_COPY)

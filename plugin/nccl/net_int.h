@@ -1,5 +1,5 @@
 /*
- * ncclNet v11 over UCX, internal: what the three files of the net plugin
+ * ncclNet v12 over UCX, internal: what the three files of the net plugin
  * share. net.c: the plugin context (init, finalize), connections' lifetime and
  * closing; net_shake.c: listen, connect, accept (the TCP handshake that
  * exchanges worker addresses); net_data.c: memory registration, isend, irecv,
@@ -37,7 +37,9 @@ typedef struct net_ctx {
     uint64_t comm_id;
     int traffic_class;
     uint32_t next_conn_id;
-    int refs; /* NCCL's (until finalize) and one per listen/send/recv comm */
+    int refs;               /* NCCL's (until finalize) and one per listen/send/recv comm */
+    ncclNetAttr_v12_t attr; /* setNetAttr's last hints */
+    int attr_set;
 } net_ctx_t;
 
 typedef enum net_kind { NET_LISTEN = 1, NET_SEND, NET_RECV } net_kind_t;

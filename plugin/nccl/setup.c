@@ -1,6 +1,15 @@
 /*
- * Once per process, for net and CollNet alike: zipccl's log through NCCL's
- * logger, the ZIPCCL_* configuration, and the device list.
+ * Process-wide state for net, CollNet and the tuner alike: zipccl's log
+ * through NCCL's logger, the ZIPCCL_* configuration, and the device list.
+ *
+ * Reference counted: every plugin context (net, CollNet, tuner; one per
+ * communicator since v11) holds one from its init to its finalize. The first
+ * reference loads the state, the last one frees it, so that the state after
+ * NCCL's last finalize is the state of a fresh load: with
+ * NCCL_NET_PLUGIN_REF_COUNT=0 NCCL then dlcloses the library (nothing may stay
+ * allocated, it would leak at every reload), and when something else keeps the
+ * library mapped (the tuner's own dlopen, NCCL_NET_PLUGIN_REF_COUNT=1) the next
+ * communicator's init loads it again, exactly as after a reload.
  *
  * Devices are network interfaces (getifaddrs), filtered by ZIPCCL_NET_IFNAME:
  *   ""           every interface that is up with an IPv4 or global IPv6
@@ -41,8 +50,7 @@ typedef struct nccl_dev {
 } nccl_dev_t;
 
 static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
-static int setup_done;
-static ncclResult_t setup_result;
+static int setup_refs; /* live contexts; the state below is loaded while it is > 0 */
 static ncclDebugLogger_t nccl_logger;
 static zc_config_t setup_config;
 static nccl_dev_t devs[ZC_NCCL_MAX_DEVS];
@@ -228,9 +236,18 @@ static ncclResult_t setup_once(void)
     return ncclSuccess;
 }
 
+static void free_devices(void)
+{
+    for (int d = 0; d < ndevs; d++) {
+        free(devs[d].pci_path);
+        devs[d].pci_path = NULL;
+    }
+    ndevs = 0;
+}
+
 ncclResult_t zc_nccl_setup(ncclDebugLogger_t logger)
 {
-    ncclResult_t result;
+    ncclResult_t result = ncclSuccess;
 
     pthread_mutex_lock(&setup_lock);
     /* NCCL hands every init the same logger; the first one that is not NULL wins */
@@ -238,13 +255,23 @@ ncclResult_t zc_nccl_setup(ncclDebugLogger_t logger)
         __atomic_store_n(&nccl_logger, logger, __ATOMIC_RELEASE);
         zc_log_set_sink(nccl_log_sink, NULL);
     }
-    if (!setup_done) {
-        setup_result = setup_once();
-        setup_done = 1;
+    if (setup_refs == 0) {
+        result = setup_once();
+        if (result != ncclSuccess)
+            free_devices(); /* a later init tries again, as NCCL does after a reload */
     }
-    result = setup_result;
+    if (result == ncclSuccess)
+        setup_refs++;
     pthread_mutex_unlock(&setup_lock);
     return result;
+}
+
+void zc_nccl_release(void)
+{
+    pthread_mutex_lock(&setup_lock);
+    if (setup_refs > 0 && --setup_refs == 0)
+        free_devices();
+    pthread_mutex_unlock(&setup_lock);
 }
 
 const zc_config_t *zc_nccl_config(void)
@@ -252,7 +279,7 @@ const zc_config_t *zc_nccl_config(void)
     int ok;
 
     pthread_mutex_lock(&setup_lock);
-    ok = setup_done && setup_result == ncclSuccess;
+    ok = setup_refs > 0;
     pthread_mutex_unlock(&setup_lock);
     return ok ? &setup_config : NULL;
 }
@@ -262,12 +289,12 @@ int zc_nccl_ndevs(void)
     int n;
 
     pthread_mutex_lock(&setup_lock);
-    n = setup_done && setup_result == ncclSuccess ? ndevs : 0;
+    n = setup_refs > 0 ? ndevs : 0;
     pthread_mutex_unlock(&setup_lock);
     return n;
 }
 
-ncclResult_t zc_nccl_properties(int dev, ncclNetProperties_v11_t *props)
+ncclResult_t zc_nccl_properties(int dev, ncclNetProperties_v12_t *props)
 {
     if (!props || dev < 0 || dev >= zc_nccl_ndevs())
         return ncclInternalError;
@@ -291,7 +318,10 @@ ncclResult_t zc_nccl_properties(int dev, ncclNetProperties_v11_t *props)
     props->vProps.devs[0] = dev;
     props->maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
     props->maxCollBytes = NCCL_MAX_NET_SIZE_BYTES;
-    props->maxMultiRequestSize = 1;
+    props->maxMultiRequestSize = 1; /* NCCL 2.30 core never reads it; 1 as its own plugins */
+    /* one host NIC per device, no rail or plane NCCL could pair NICs by (0 would be an id) */
+    props->railId = NCCL_NET_ID_UNDEF;
+    props->planeId = NCCL_NET_ID_UNDEF;
     return ncclSuccess;
 }
 

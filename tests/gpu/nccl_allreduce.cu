@@ -13,6 +13,14 @@
  * (comp_bound; 8 bits: s = 127 levels) and some must differ from the exact sum.
  * Rank 0 writes the ncclUniqueId to ID_FILE; the others wait for it. Exit 0 on
  * success, 1 on a wrong result, 2 on an error (printed).
+ *
+ * NCCL 2.30's per-communicator plugin lifecycle: ZC_REAL_ROUNDS=N (default 1)
+ * runs N communicators one after the other (each init, all-reduce, destroy:
+ * with NCCL_NET_PLUGIN_REF_COUNT=0 NCCL unloads the plugin after each destroy
+ * and loads it again for the next); ZC_REAL_PAIR=1 makes each round two
+ * communicators at once, A and B: both all-reduce, A is destroyed, B
+ * all-reduces again (its plugin contexts outlive A's finalize), then B goes.
+ * Ids are ID_FILE.<round>.<a|b>.
  */
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -72,50 +80,40 @@ static float input(int exact, int r, size_t i)
     return (float)(amplitude(r) * (2 * u - 1));
 }
 
-int main(int argc, char **argv)
+/* Rank 0 writes a new ncclUniqueId to @p path; the others read it. 0, or 2 on an error. */
+static int share_id(int rank, const char *path, ncclUniqueId *id)
 {
-    int rank = argc > 1 ? atoi(argv[1]) : -1;
-    if (argc < 6) {
-        fprintf(stderr, "usage: %s RANK NRANKS ID_FILE exact|qsgd COUNT [BITS]\n", argv[0]);
+    if (rank == 0) {
+        NCCL_OK(ncclGetUniqueId(id));
+        char tmp[4200];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        FILE *f = fopen(tmp, "wb");
+        if (!f || fwrite(id, sizeof(*id), 1, f) != 1 || fclose(f) != 0 || rename(tmp, path)) {
+            fprintf(stderr, "rank 0: cannot write %s\n", path);
+            return 2;
+        }
+        return 0;
+    }
+    int got = 0;
+    for (int tries = 0; tries < 6000 && !got; tries++) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            got = fread(id, sizeof(*id), 1, f) == 1;
+            fclose(f);
+        }
+        if (!got)
+            usleep(10000);
+    }
+    if (!got) {
+        fprintf(stderr, "rank %d: no unique id in %s after 60 s\n", rank, path);
         return 2;
     }
-    int nranks = atoi(argv[2]);
-    const char *id_file = argv[3];
-    int exact = strcmp(argv[4], "exact") == 0;
-    size_t count = (size_t)atol(argv[5]);
-    int bits = argc > 6 ? atoi(argv[6]) : 8;
+    return 0;
+}
 
-    ncclUniqueId id;
-    if (rank == 0) {
-        NCCL_OK(ncclGetUniqueId(&id));
-        char tmp[4096];
-        snprintf(tmp, sizeof(tmp), "%s.tmp", id_file);
-        FILE *f = fopen(tmp, "wb");
-        if (!f || fwrite(&id, sizeof(id), 1, f) != 1 || fclose(f) != 0 || rename(tmp, id_file)) {
-            fprintf(stderr, "rank 0: cannot write %s\n", id_file);
-            return 2;
-        }
-    } else {
-        int got = 0;
-        for (int tries = 0; tries < 6000 && !got; tries++) {
-            FILE *f = fopen(id_file, "rb");
-            if (f) {
-                got = fread(&id, sizeof(id), 1, f) == 1;
-                fclose(f);
-            }
-            if (!got)
-                usleep(10000);
-        }
-        if (!got) {
-            fprintf(stderr, "rank %d: no unique id in %s after 60 s\n", rank, id_file);
-            return 2;
-        }
-    }
-
-    CUDA_OK(cudaSetDevice(0));
-    ncclComm_t comm;
-    NCCL_OK(ncclCommInitRank(&comm, nranks, id, rank));
-
+/* One ncclAllReduce on @p comm, checked: 0 right, 1 wrong, 2 an error (printed). */
+static int allreduce_check(ncclComm_t comm, int rank, int nranks, int exact, size_t count, int bits)
+{
     float *host = (float *)malloc(count * sizeof(float));
     float *dev;
     cudaStream_t stream;
@@ -170,8 +168,57 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: every result is the exact sum: was anything compressed?\n", rank);
         bad++;
     }
-    ncclCommDestroy(comm);
+    CUDA_OK(cudaStreamDestroy(stream));
     cudaFree(dev);
     free(host);
+    return bad ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    int rank = argc > 1 ? atoi(argv[1]) : -1;
+    if (argc < 6) {
+        fprintf(stderr, "usage: %s RANK NRANKS ID_FILE exact|qsgd COUNT [BITS]\n", argv[0]);
+        return 2;
+    }
+    int nranks = atoi(argv[2]);
+    const char *id_file = argv[3];
+    int exact = strcmp(argv[4], "exact") == 0;
+    size_t count = (size_t)atol(argv[5]);
+    int bits = argc > 6 ? atoi(argv[6]) : 8;
+
+    CUDA_OK(cudaSetDevice(0));
+    const char *rounds_s = getenv("ZC_REAL_ROUNDS"), *pair_s = getenv("ZC_REAL_PAIR");
+    int rounds = rounds_s ? atoi(rounds_s) : 1, pair = pair_s && atoi(pair_s) == 1;
+    size_t bad = 0;
+    for (int k = 0; k < (rounds > 0 ? rounds : 1); k++) {
+        ncclComm_t comm[2];
+        int ncomms = pair ? 2 : 1;
+        for (int c = 0; c < ncomms; c++) {
+            char path[4096];
+            ncclUniqueId id;
+            if (rounds_s || pair)
+                snprintf(path, sizeof(path), "%s.%d.%c", id_file, k, 'a' + c);
+            else
+                snprintf(path, sizeof(path), "%s", id_file);
+            if (share_id(rank, path, &id))
+                return 2;
+            NCCL_OK(ncclCommInitRank(&comm[c], nranks, id, rank));
+        }
+        for (int c = 0; c < ncomms; c++) {
+            int rc = allreduce_check(comm[c], rank, nranks, exact, count, bits);
+            if (rc == 2)
+                return 2;
+            bad += rc;
+        }
+        NCCL_OK(ncclCommDestroy(comm[0]));
+        if (pair) { /* B after A's destroy */
+            int rc = allreduce_check(comm[1], rank, nranks, exact, count, bits);
+            if (rc == 2)
+                return 2;
+            bad += rc;
+            NCCL_OK(ncclCommDestroy(comm[1]));
+        }
+    }
     return bad ? 1 : 0;
 }

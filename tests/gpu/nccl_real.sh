@@ -7,6 +7,14 @@
 # ZIPCCL_COLLNET_CODEC=none (sums of small integers), within the QSGD bound and
 # compressed with qsgd.
 #
+# NCCL 2.30 semantics (the version comes from nccl.h): the net and CollNet
+# tables NCCL reports loading must be v12 (v11 before 2.30); runs of several
+# communicators in a row (ZC_REAL_ROUNDS: NCCL unloads and reloads the plugin
+# between them) and of two at once (ZC_REAL_PAIR); and a run without
+# NCCL_ALGO where the plugin's tuner (found in the net plugin's library) must
+# steer the 16 MiB all-reduce to CollNet (NCCL_BUFFSIZE=16 MiB lets its 2 MiB
+# chunks through on 2.30).
+#
 #   tests/gpu/nccl_real.sh [BUILD_DIR [RUNTIME_DIR]]
 #
 # BUILD_DIR (default build) holds plugin/nccl/libnccl-net-zipccl.so; RUNTIME_DIR
@@ -54,19 +62,33 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L 2>/dev/null | grep -q 
 fi
 [ -f "$runtime/env.sh" ] && source "$runtime/env.sh"
 
-# One run: N ranks, codec, mode (exact | qsgd), count. Returns 0 when it passed.
+ver=$(awk '/define NCCL_VERSION_CODE/ {print $3}' "$cuda/include/nccl.h" 2>/dev/null)
+want_ver=v11
+[ "${ver:-0}" -ge 23000 ] 2>/dev/null && want_ver=v12
+echo "nccl_real: NCCL_VERSION_CODE ${ver:-unknown}: expecting the $want_ver tables"
+
+# One run: N ranks, codec, mode (exact | qsgd), count, then NAME=VALUE settings for every
+# rank (ALGO=... replaces NCCL_ALGO=CollNetChain; ALGO= leaves the choice to NCCL and the
+# tuner). Returns 0 when it passed.
 run() {
-  local n=$1 codec=$2 mode=$3 count=$4 name="n$1-$2-$3" pids=() rc=0
+  local n=$1 codec=$2 mode=$3 count=$4 pids=() rc=0
+  shift 4
+  local extra=("$@") algo=CollNetChain tag=""
+  for kv in "${extra[@]}"; do
+    case $kv in ALGO=*) algo=${kv#ALGO=} ;; esac
+    tag="$tag-${kv%%=*}"
+  done
+  local name="n$n-$codec-$mode$tag"
   local dir="$work/$name"
   mkdir -p "$dir"
   for ((r = 0; r < n; r++)); do
     env NCCL_HOSTID="node$r" \
         NCCL_NET_PLUGIN="$plugin" NCCL_NET=zipccl \
-        NCCL_COLLNET_ENABLE=1 NCCL_ALGO=CollNetChain \
+        NCCL_COLLNET_ENABLE=1 ${algo:+NCCL_ALGO=$algo} \
         NCCL_SOCKET_IFNAME=lo ZIPCCL_NET_IFNAME=lo \
         NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,COLL \
         ZIPCCL_COLLNET_CODEC="$codec" ZIPCCL_MIN_BYTES=4KiB ZIPCCL_TIMEOUT_S=60 \
-        ZIPCCL_STATS_FILE="$dir/stats-$r-%r.json" \
+        ZIPCCL_STATS_FILE="$dir/stats-$r-%r.json" "${extra[@]/#ALGO=*/ZC_REAL_ALGO=x}" \
         timeout "$timeout_s" "$work/nccl_allreduce" "$r" "$n" "$dir/id" "$mode" "$count" 8 \
         > "$dir/rank$r.log" 2>&1 &
     pids+=($!)
@@ -83,6 +105,15 @@ run() {
     # the plugin's net carried the traffic, and its CollNet was connected
     if ! grep -qi 'zipccl' "$log" || ! grep -i 'collnet' "$log" | grep -qi 'zipccl'; then
       echo "nccl_real: $name: rank $r: the log does not show zipccl's CollNet in use ($log)"
+      rc=1
+    fi
+    if ! grep -i 'plugin' "$log" | grep -qi "zipccl.*($want_ver)\|($want_ver).*zipccl"; then
+      echo "nccl_real: $name: rank $r: NCCL did not report loading zipccl's $want_ver tables"
+      grep -i 'plugin' "$log" | head -5
+      rc=1
+    fi
+    if [ -z "$algo" ] && ! grep -i 'tuner' "$log" | grep -qi 'zipccl'; then
+      echo "nccl_real: $name: rank $r: the log does not show zipccl's tuner loaded"
       rc=1
     fi
     if grep -qi 'Cannot initialize CollNet' "$log"; then
@@ -121,6 +152,11 @@ run 2 none exact $((1 << 20)) || status=1
 run 2 qsgd qsgd $((1 << 20)) || status=1
 run 4 none exact $((1 << 20)) || status=1
 run 4 qsgd qsgd $((1 << 20)) || status=1
+# the per-communicator lifecycle: 3 communicators in a row (unload, reload), two at once
+run 2 qsgd qsgd $((1 << 20)) ZC_REAL_ROUNDS=3 NCCL_NET_PLUGIN_REF_COUNT=0 || status=1
+run 2 none exact $((1 << 20)) ZC_REAL_ROUNDS=2 ZC_REAL_PAIR=1 || status=1
+# no NCCL_ALGO: the tuner steers 16 MiB sums to CollNet, with 2 MiB chunks on 2.30
+run 2 qsgd qsgd $((4 << 20)) ALGO= NCCL_BUFFSIZE=16777216 ZIPCCL_TUNER_MIN_BYTES=1MiB || status=1
 if [ $status -eq 0 ]; then
   echo "nccl_real: all runs passed (logs in $work)"
 else

@@ -1,7 +1,7 @@
 /*
  * The CollNet half of libnccl-net-zipccl.so, driven as NCCL drives it: each
  * rank (a node head, a process forked by the harness) dlopens the plugin,
- * looks up ncclCollNetPlugin_v11 (or _v8), calls init, devices, getProperties
+ * looks up ncclCollNetPlugin_v12 (or _v8), calls init, devices, getProperties
  * and listen, the heads swap their 128-byte handles (through files in a
  * temporary folder, as NCCL would through its bootstrap), then connect,
  * reduceSupport, regMr of one region twice, iallreduce of many chunks with
@@ -72,6 +72,7 @@
 static int my_rank = -1, nranks;
 static const char *plugin_path, *xdir;
 static int use_v8;
+static int use_v11; /* cn.v12 is the v11 table: its properties have v11's layout */
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
@@ -106,9 +107,9 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
     (void)line;
 }
 
-/* The v11 and v8 tables seen through the v11 signatures (v8 differs in init, props, count). */
+/* The v12 and v8 tables seen through the v12 signatures (v8 differs in init, props, count). */
 typedef struct coll {
-    const ncclCollNet_v11_t *v11;
+    const ncclCollNet_v12_t *v12; /* NCCL 2.30 uses v12 directly; v11 has the same slots */
     const ncclCollNet_v8_t *v8;
     void *ctx;
 } coll_t;
@@ -117,51 +118,51 @@ static coll_t cn;
 
 static ncclResult_t cn_init(void)
 {
-    return cn.v8 ? cn.v8->init(logger) : cn.v11->init(&cn.ctx, 0x1234, logger);
+    return cn.v8 ? cn.v8->init(logger) : cn.v12->init(&cn.ctx, 0x1234, logger);
 }
 static ncclResult_t cn_devices(int *n)
 {
-    return cn.v8 ? cn.v8->devices(n) : cn.v11->devices(n);
+    return cn.v8 ? cn.v8->devices(n) : cn.v12->devices(n);
 }
 static ncclResult_t cn_listen(int dev, void *handle, void **lc)
 {
-    return cn.v8 ? cn.v8->listen(dev, handle, lc) : cn.v11->listen(cn.ctx, dev, handle, lc);
+    return cn.v8 ? cn.v8->listen(dev, handle, lc) : cn.v12->listen(cn.ctx, dev, handle, lc);
 }
 static ncclResult_t cn_connect(void **handles, int n, int rank, void *lc, void **cc)
 {
     return cn.v8 ? cn.v8->connect(handles, n, rank, lc, cc)
-                 : cn.v11->connect(handles, n, rank, lc, cc);
+                 : cn.v12->connect(handles, n, rank, lc, cc);
 }
 static ncclResult_t cn_reg_mr(void *cc, void *data, size_t size, int type, void **mh)
 {
-    return cn.v8 ? cn.v8->regMr(cc, data, size, type, mh) : cn.v11->regMr(cc, data, size, type, mh);
+    return cn.v8 ? cn.v8->regMr(cc, data, size, type, mh) : cn.v12->regMr(cc, data, size, type, mh);
 }
 static ncclResult_t cn_dereg_mr(void *cc, void *mh)
 {
-    return cn.v8 ? cn.v8->deregMr(cc, mh) : cn.v11->deregMr(cc, mh);
+    return cn.v8 ? cn.v8->deregMr(cc, mh) : cn.v12->deregMr(cc, mh);
 }
 static ncclResult_t cn_iallreduce(void *cc, void *s, void *r, size_t count, ncclDataType_t t,
                                   ncclRedOp_t o, void *smh, void *rmh, void **req)
 {
     if (cn.v8)
         return cn.v8->iallreduce(cc, s, r, (int)count, t, o, smh, rmh, req);
-    return cn.v11->iallreduce(cc, s, r, count, t, o, smh, rmh, req);
+    return cn.v12->iallreduce(cc, s, r, count, t, o, smh, rmh, req);
 }
 static ncclResult_t cn_iflush(void *cc, void *data, int size, void *mh, void **req)
 {
-    return cn.v8 ? cn.v8->iflush(cc, data, size, mh, req) : cn.v11->iflush(cc, data, size, mh, req);
+    return cn.v8 ? cn.v8->iflush(cc, data, size, mh, req) : cn.v12->iflush(cc, data, size, mh, req);
 }
 static ncclResult_t cn_test(void *req, int *done, int *size)
 {
-    return cn.v8 ? cn.v8->test(req, done, size) : cn.v11->test(req, done, size);
+    return cn.v8 ? cn.v8->test(req, done, size) : cn.v12->test(req, done, size);
 }
 static ncclResult_t cn_close_coll(void *cc)
 {
-    return cn.v8 ? cn.v8->closeColl(cc) : cn.v11->closeColl(cc);
+    return cn.v8 ? cn.v8->closeColl(cc) : cn.v12->closeColl(cc);
 }
 static ncclResult_t cn_close_listen(void *lc)
 {
-    return cn.v8 ? cn.v8->closeListen(lc) : cn.v11->closeListen(lc);
+    return cn.v8 ? cn.v8->closeListen(lc) : cn.v12->closeListen(lc);
 }
 
 static int open_plugin(void)
@@ -172,8 +173,11 @@ static int open_plugin(void)
         cn.v8 = dlsym(lib, "ncclCollNetPlugin_v8");
         CHECK(cn.v8, "no ncclCollNetPlugin_v8");
     } else {
-        cn.v11 = dlsym(lib, "ncclCollNetPlugin_v11");
-        CHECK(cn.v11, "no ncclCollNetPlugin_v11");
+        /* ZC_TEST_COLLNET_TABLE=v11: NCCL 2.28's table (same slots), e.g. on an older plugin */
+        const char *table = getenv("ZC_TEST_COLLNET_TABLE");
+        use_v11 = table && strcmp(table, "v11") == 0;
+        cn.v12 = dlsym(lib, use_v11 ? "ncclCollNetPlugin_v11" : "ncclCollNetPlugin_v12");
+        CHECK(cn.v12, "no ncclCollNetPlugin_%s", use_v11 ? "v11" : "v12");
     }
     return 0;
 }
@@ -256,11 +260,17 @@ static int head_listen(head_t *h)
         CHECK(p.name && p.name[0], "device 0 has no name");
         CHECK(p.ptrSupport == NCCL_PTR_HOST, "ptrSupport 0x%x", p.ptrSupport);
     } else {
-        ncclNetProperties_v11_t p;
-        CHECK_OK(cn.v11->getProperties(0, &p));
+        ncclNetProperties_v12_t p;
+        memset(&p, 0x5a, sizeof(p)); /* NCCL passes an uninitialised struct */
+        CHECK_OK(cn.v12->getProperties(0, &p));
+        CHECK(use_v11 || (p.railId == NCCL_NET_ID_UNDEF && p.planeId == NCCL_NET_ID_UNDEF),
+              "rail %d plane %d", p.railId, p.planeId);
+        CHECK(use_v11 ||
+                  (p.vProps.ndevs == 1 && p.vProps.devs[0] == 0 && p.maxMultiRequestSize == 1),
+              "vProps %d devices, maxMultiRequestSize %d", p.vProps.ndevs, p.maxMultiRequestSize);
         CHECK(p.name && p.name[0], "device 0 has no name");
         CHECK(p.ptrSupport == NCCL_PTR_HOST, "ptrSupport 0x%x", p.ptrSupport);
-        CHECK(p.maxCollBytes > 0 && p.maxCollBytes <= (1u << 30), "maxCollBytes %zu",
+        CHECK(use_v11 || (p.maxCollBytes > 0 && p.maxCollBytes <= (1u << 30)), "maxCollBytes %zu",
               p.maxCollBytes);
         CHECK(p.netDeviceType == NCCL_NET_DEVICE_HOST, "device type %d", (int)p.netDeviceType);
     }
@@ -322,8 +332,8 @@ static int head_down(head_t *h)
     CHECK_OK(cn_dereg_mr(h->ccomm, h->mh_send));
     CHECK_OK(cn_dereg_mr(h->ccomm, h->mh_recv));
     CHECK_OK(cn_close_coll(h->ccomm));
-    if (cn.v11)
-        CHECK_OK(cn.v11->finalize(cn.ctx));
+    if (cn.v12)
+        CHECK_OK(cn.v12->finalize(cn.ctx));
     free(h->region);
     return 0;
 }
@@ -639,11 +649,11 @@ static int bad_args_connected(head_t *h)
           "NULL memory registered");
     CHECK(cn_reg_mr(h->ccomm, s, 4096, NCCL_PTR_HOST, NULL) == ncclInternalError,
           "NULL mhandle pointer accepted");
-    if (cn.v11) {
-        CHECK(cn.v11->regMrDmaBuf(h->ccomm, s, 4096, NCCL_PTR_DMABUF, 0, 3, &mh) ==
+    if (cn.v12) {
+        CHECK(cn.v12->regMrDmaBuf(h->ccomm, s, 4096, NCCL_PTR_DMABUF, 0, 3, &mh) ==
                   ncclInternalError,
               "dma-buf registered");
-        CHECK_OK(cn.v11->regMrDmaBuf(h->ccomm, s, 4096, NCCL_PTR_HOST, 0, -1, &mh));
+        CHECK_OK(cn.v12->regMrDmaBuf(h->ccomm, s, 4096, NCCL_PTR_HOST, 0, -1, &mh));
         CHECK_OK(cn_dereg_mr(h->ccomm, mh));
     }
     CHECK(cn_test(NULL, &done, &size) == ncclInternalError, "test(NULL) accepted");
@@ -658,52 +668,82 @@ static int bad_args_connected(head_t *h)
 static int case_abi(int rank, int size, void *arg)
 {
     ncclResult_t res;
-    (void)arg;
     my_rank = rank;
     nranks = size;
     void *lib = dlopen(plugin_path, RTLD_NOW | RTLD_LOCAL);
     CHECK(lib, "dlopen %s: %s", plugin_path, dlerror());
+    const ncclCollNet_v12_t *v12 = dlsym(lib, "ncclCollNetPlugin_v12");
     const ncclCollNet_v11_t *v11 = dlsym(lib, "ncclCollNetPlugin_v11");
     const ncclCollNet_v8_t *v8 = dlsym(lib, "ncclCollNetPlugin_v8");
-    CHECK(v11 && v8, "tables missing");
+    CHECK(v12 && v11 && v8, "tables missing");
     const ncclCollNet_v10_t *v10 = dlsym(lib, "ncclCollNetPlugin_v10");
-    CHECK(v10 && dlsym(lib, "ncclCollNetPlugin_v9"), "v10 or v9 table missing");
+    const ncclCollNet_v9_t *v9 = dlsym(lib, "ncclCollNetPlugin_v9");
+    CHECK(v10 && v9, "v10 or v9 table missing");
     CHECK(strcmp(v10->name, "zipccl") == 0 && v10->init && v10->listen && v10->iallreduce,
           "v10 table");
-    CHECK(strcmp(v11->name, "zipccl") == 0 && strcmp(v8->name, "zipccl") == 0, "name %s / %s",
-          v11->name, v8->name);
-    CHECK(v11->init && v11->devices && v11->getProperties && v11->listen && v11->connect &&
-              v11->reduceSupport && v11->regMr && v11->regMrDmaBuf && v11->deregMr &&
-              v11->iallreduce && v11->iflush && v11->test && v11->closeColl && v11->closeListen &&
-              v11->finalize,
-          "a mandatory v11 slot is NULL");
-    CHECK(!v11->iallgather && !v11->ireducescatter && !v11->makeVDevice,
-          "an unimplemented slot is set");
-    CHECK(v11->finalize(NULL) == ncclSuccess, "finalize(NULL) before init");
+    CHECK(strcmp(v12->name, "zipccl") == 0 && strcmp(v11->name, "zipccl") == 0 &&
+              strcmp(v8->name, "zipccl") == 0,
+          "name %s / %s / %s", v12->name, v11->name, v8->name);
+    CHECK(v12->init && v12->devices && v12->getProperties && v12->listen && v12->connect &&
+              v12->reduceSupport && v12->regMr && v12->regMrDmaBuf && v12->deregMr &&
+              v12->iallreduce && v12->ireducescatter && v12->iflush && v12->test &&
+              v12->closeColl && v12->closeListen && v12->finalize,
+          "a mandatory v12 slot is NULL");
+    /* NCCL 2.30 reads v12 itself: NULL there keeps CollNet off all-gather (collnet.c says why) */
+    CHECK(!v12->iallgather && !v12->makeVDevice, "a v12 slot left to NCCL is set");
+    /* v11..v8 go through NCCL 2.30's adapters, which call these whatever they hold: never NULL */
+    CHECK(v11->iallgather && v11->ireducescatter && v10->iallgather && v10->ireducescatter &&
+              v9->iallgather && v9->ireducescatter && v8->iallgather && v8->ireducescatter,
+          "an all-gather or reduce-scatter slot of v11..v8 is NULL");
+    /* v11 is v12 but for the properties' layout */
+    CHECK(v11->init == v12->init && v11->listen == v12->listen &&
+              v11->iallreduce == v12->iallreduce && v11->ireducescatter == v12->ireducescatter &&
+              v11->finalize == v12->finalize && !v11->makeVDevice &&
+              memcmp(&v11->getProperties, &v12->getProperties, sizeof(v12->getProperties)) != 0,
+          "v11 is not v12's implementation with its own getProperties");
+    CHECK(v12->finalize(NULL) == ncclSuccess, "finalize(NULL) before init");
 
     void *ctx = NULL;
-    CHECK(v11->init(NULL, 1, logger) == ncclInternalError, "init(NULL ctx) accepted");
-    CHECK_OK(v11->init(&ctx, 1, logger));
+    CHECK(v12->init(NULL, 1, logger) == ncclInternalError, "init(NULL ctx) accepted");
+    CHECK_OK(v12->init(&ctx, 1, logger));
     CHECK(ctx, "init gave no context");
     int ndev = 0;
-    CHECK_OK(v11->devices(&ndev));
+    CHECK_OK(v12->devices(&ndev));
     CHECK(ndev >= 1, "%d devices", ndev);
-    CHECK(v11->devices(NULL) == ncclInternalError, "devices(NULL) accepted");
-    CHECK(v11->getProperties(0, NULL) == ncclInternalError, "getProperties(NULL) accepted");
-    CHECK(v11->getProperties(ndev, &(ncclNetProperties_v11_t){0}) != ncclSuccess,
+    CHECK(v12->devices(NULL) == ncclInternalError, "devices(NULL) accepted");
+    CHECK(v12->getProperties(0, NULL) == ncclInternalError, "getProperties(NULL) accepted");
+    CHECK(v12->getProperties(ndev, &(ncclNetProperties_v12_t){0}) != ncclSuccess,
           "device %d of %d accepted", ndev, ndev);
 
     /* the same device as the net's: NCCL matches them by name */
-    const ncclNet_v11_t *net = dlsym(lib, "ncclNetPlugin_v11");
-    CHECK(net, "no ncclNetPlugin_v11");
+    const ncclNet_v12_t *net = dlsym(lib, "ncclNetPlugin_v12");
+    CHECK(net, "no ncclNetPlugin_v12");
     for (int d = 0; d < ndev; d++) {
-        ncclNetProperties_v11_t pc, pn;
-        CHECK_OK(v11->getProperties(d, &pc));
+        ncclNetProperties_v12_t pc, pn;
+        memset(&pc, 0x5a, sizeof(pc));
+        CHECK_OK(v12->getProperties(d, &pc));
         CHECK_OK(net->getProperties(d, &pn));
         CHECK(strcmp(pc.name, pn.name) == 0 && pc.guid == pn.guid, "device %d: %s vs %s", d,
               pc.name, pn.name);
         CHECK(pc.maxCollBytes > 0 && pc.maxCollBytes <= (1u << 30), "maxCollBytes %zu",
               pc.maxCollBytes);
+        CHECK(pc.railId == NCCL_NET_ID_UNDEF && pc.planeId == NCCL_NET_ID_UNDEF &&
+                  pc.vProps.ndevs == 1 && pc.vProps.devs[0] == d,
+              "device %d: rail %d plane %d, %d fused devices", d, pc.railId, pc.planeId,
+              pc.vProps.ndevs);
+        /* v11's layout: the members after vProps sit 16 bytes earlier, and nothing past 112 */
+        struct {
+            ncclNetProperties_v11_t p;
+            uint8_t guard[16];
+        } p11;
+        memset(&p11, 0xa5, sizeof(p11));
+        CHECK_OK(v11->getProperties(d, &p11.p));
+        CHECK(strcmp(p11.p.name, pn.name) == 0 && p11.p.maxCollBytes == pc.maxCollBytes &&
+                  p11.p.maxP2pBytes == pc.maxP2pBytes && p11.p.maxMultiRequestSize == 1 &&
+                  p11.p.vProps.ndevs == 1 && p11.p.vProps.devs[0] == d,
+              "v11 device %d: %s, maxCollBytes %zu", d, p11.p.name, p11.p.maxCollBytes);
+        for (size_t i = 0; i < sizeof(p11.guard); i++)
+            CHECK(p11.guard[i] == 0xa5, "v11 getProperties wrote past its 112 bytes");
         ncclNetProperties_v8_t p8;
         CHECK_OK(v8->getProperties(d, &p8));
         CHECK(strcmp(p8.name, pn.name) == 0, "v8 device %d: %s vs %s", d, p8.name, pn.name);
@@ -713,60 +753,68 @@ static int case_abi(int rank, int size, void *arg)
               "v10 device %d: %s, maxCollBytes %zu", d, p10.name, p10.maxCollBytes);
     }
 
-    /* reduceSupport: exactly the 40 (type, op) zipccl reduces of NCCL's 48 queries */
+    /*
+     * reduceSupport of NCCL's 48 queries: the 6 float sums CollNet compresses, or with
+     * ZIPCCL_COLLNET_ALL_TYPES=1 (case abi-all-types) the 40 (type, op) zipccl reduces
+     */
+    int all_types = arg != NULL;
     for (int t = 0; t < 12; t++) {
         for (int o = 0; o < 4; o++) {
             int sup = -1;
-            CHECK_OK(v11->reduceSupport((ncclDataType_t)t, (ncclRedOp_t)o, &sup));
-            int want = t <= ncclBfloat16;
+            CHECK_OK(v12->reduceSupport((ncclDataType_t)t, (ncclRedOp_t)o, &sup));
+            int fsum = o == ncclSum && (t == ncclFloat32 || t == ncclFloat16 || t == ncclBfloat16);
+            int want = all_types ? t <= ncclBfloat16 : fsum;
             CHECK(sup == want, "type %d op %d: supported %d, expected %d", t, o, sup, want);
+            int sup11 = -1;
+            CHECK_OK(v11->reduceSupport((ncclDataType_t)t, (ncclRedOp_t)o, &sup11));
+            CHECK(sup11 == sup, "v11 answers type %d op %d differently", t, o);
         }
     }
     int sup = -1;
-    CHECK_OK(v11->reduceSupport((ncclDataType_t)12, ncclSum, &sup));
+    CHECK_OK(v12->reduceSupport((ncclDataType_t)12, ncclSum, &sup));
     CHECK(sup == 0, "type 12 supported");
-    CHECK_OK(v11->reduceSupport(ncclFloat32, ncclAvg, &sup));
+    CHECK_OK(v12->reduceSupport(ncclFloat32, ncclAvg, &sup));
     CHECK(sup == 0, "avg supported (NCCL never asks)");
-    CHECK_OK(v11->reduceSupport((ncclDataType_t)-1, (ncclRedOp_t)99, &sup));
+    CHECK_OK(v12->reduceSupport((ncclDataType_t)-1, (ncclRedOp_t)99, &sup));
     CHECK(sup == 0, "type -1 op 99 supported");
-    CHECK(v11->reduceSupport(ncclFloat32, ncclSum, NULL) == ncclInternalError,
+    CHECK(v12->reduceSupport(ncclFloat32, ncclSum, NULL) == ncclInternalError,
           "NULL supported pointer accepted");
 
     /* listen/connect arguments */
     uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
     void *lc = NULL, *cc = NULL;
-    CHECK(v11->listen(ctx, 0, NULL, &lc) == ncclInternalError, "NULL handle accepted");
-    CHECK(v11->listen(ctx, 0, handle, NULL) == ncclInternalError, "NULL listenComm accepted");
-    CHECK(v11->listen(ctx, ndev, handle, &lc) != ncclSuccess, "device %d accepted", ndev);
-    CHECK_OK(v11->listen(ctx, 0, handle, &lc));
+    CHECK(v12->listen(ctx, 0, NULL, &lc) == ncclInternalError, "NULL handle accepted");
+    CHECK(v12->listen(ctx, 0, handle, NULL) == ncclInternalError, "NULL listenComm accepted");
+    CHECK(v12->listen(ctx, ndev, handle, &lc) != ncclSuccess, "device %d accepted", ndev);
+    CHECK_OK(v12->listen(ctx, 0, handle, &lc));
     void *handles[2] = {handle, handle};
-    CHECK(v11->connect(NULL, 1, 0, lc, &cc) == ncclInternalError, "NULL handles accepted");
-    CHECK(v11->connect(handles, 1, 1, lc, &cc) == ncclInternalError, "rank 1 of 1 accepted");
-    CHECK(v11->connect(handles, 1, 0, lc, NULL) == ncclInternalError, "NULL collComm accepted");
+    CHECK(v12->connect(NULL, 1, 0, lc, &cc) == ncclInternalError, "NULL handles accepted");
+    CHECK(v12->connect(handles, 1, 1, lc, &cc) == ncclInternalError, "rank 1 of 1 accepted");
+    CHECK(v12->connect(handles, 1, 0, lc, NULL) == ncclInternalError, "NULL collComm accepted");
     uint8_t junk[NCCL_NET_HANDLE_MAXSIZE];
     memset(junk, 0x11, sizeof(junk));
     void *junk_handles[1] = {junk};
-    CHECK(v11->connect(junk_handles, 1, 0, lc, &cc) == ncclInternalError,
+    CHECK(v12->connect(junk_handles, 1, 0, lc, &cc) == ncclInternalError,
           "a foreign handle accepted");
     CHECK(strstr(logged, "not a zipccl CollNet handle"), "no message about the foreign handle");
     /* one head: a communicator of one, where every all-reduce is a copy */
-    CHECK_OK(v11->connect(handles, 1, 0, lc, &cc));
-    CHECK_OK(v11->closeListen(lc));
+    CHECK_OK(v12->connect(handles, 1, 0, lc, &cc));
+    CHECK_OK(v12->closeListen(lc));
     float in[64], out[64];
     for (int i = 0; i < 64; i++)
         in[i] = (float)i - 20.5f;
     void *mh = NULL, *req = NULL;
-    CHECK_OK(v11->regMr(cc, in, sizeof(in), NCCL_PTR_HOST, &mh));
-    CHECK_OK(v11->iallreduce(cc, in, out, 64, ncclFloat32, ncclSum, mh, mh, &req));
+    CHECK_OK(v12->regMr(cc, in, sizeof(in), NCCL_PTR_HOST, &mh));
+    CHECK_OK(v12->iallreduce(cc, in, out, 64, ncclFloat32, ncclSum, mh, mh, &req));
     int done = 0, bytes = 0;
     for (int spins = 0; !done && spins < 1000000; spins++)
-        CHECK_OK(v11->test(req, &done, &bytes));
+        CHECK_OK(v12->test(req, &done, &bytes));
     CHECK(done && bytes == (int)sizeof(in), "done %d, %d bytes", done, bytes);
     CHECK(memcmp(in, out, sizeof(in)) == 0, "one head's all-reduce is not a copy");
-    CHECK_OK(v11->deregMr(cc, mh));
-    CHECK_OK(v11->closeColl(cc));
-    CHECK(v11->closeListen(NULL) == ncclSuccess, "closeListen(NULL)");
-    CHECK_OK(v11->finalize(ctx));
+    CHECK_OK(v12->deregMr(cc, mh));
+    CHECK_OK(v12->closeColl(cc));
+    CHECK(v12->closeListen(NULL) == ncclSuccess, "closeListen(NULL)");
+    CHECK_OK(v12->finalize(ctx));
     return 0;
 }
 
@@ -1126,6 +1174,404 @@ static int case_hostile(int rank, int size, void *arg)
     return head_down(&h);
 }
 
+/* ---- reduce-scatter and all-gather, as NCCL 2.30's CollNetDirect issues them ---------------- */
+
+#define PART_BYTES (1u << 20)  /* B: bytes per node of the nNodes x B vector */
+#define SG_WINDOW (384u << 10) /* windows straddle the nodes' parts */
+
+/* The part of node r's range [r B, (r+1) B) inside [off, off + len), as absolute offsets. */
+static void part_in_window(int r, size_t off, size_t len, size_t *lo, size_t *hi)
+{
+    size_t a = (size_t)r * PART_BYTES, b = a + PART_BYTES;
+    *lo = a > off ? a : off;
+    *hi = b < off + len ? b : off + len;
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/*
+ * Reduce-scatters the send half (this node's input for the whole nranks x B vector)
+ * window by window, WINDOW in flight, into this node's B bytes at the receive half's
+ * start, through @p rs (the v12 table's or the v8 table's, called through v12's shape).
+ */
+static int run_windows(head_t *h, ncclDataType_t t, int gather, const uint8_t *mine)
+{
+    const ncclCollNet_v11_t *v11 =
+        dlsym(dlopen(plugin_path, RTLD_NOW | RTLD_NOLOAD), "ncclCollNetPlugin_v11");
+    size_t total = (size_t)nranks * PART_BYTES, nwin = (total + SG_WINDOW - 1) / SG_WINDOW;
+    void *reqs[64];
+    size_t posted = 0, completed = 0;
+    uint8_t *send = h->region, *recv = h->region + HALF_BYTES;
+    ncclResult_t res;
+
+    CHECK(v11 && nwin <= 64, "no v11 table, or %zu windows", nwin);
+    while (completed < nwin) {
+        while (posted < nwin && posted - completed < WINDOW) {
+            size_t off = posted * SG_WINDOW,
+                   len = total - off < SG_WINDOW ? total - off : SG_WINDOW;
+            size_t lo, hi;
+            part_in_window(my_rank, off, len, &lo, &hi);
+            void *req = NULL;
+            if (gather) {
+                /* v12 leaves iallgather NULL: NCCL 2.30 reaches it through v11..v8 only */
+                ncclNetSGE_v11_t part = {h->mh_recv, recv + off, len};
+                res =
+                    v11->iallgather(h->ccomm, (void *)(mine + (lo - (size_t)my_rank * PART_BYTES)),
+                                    1, &part, PART_BYTES, off, len, h->mh_send, &req);
+            } else {
+                ncclNetSGE_v12_t part = {h->mh_send, send + off, len};
+                res = cn.v12->ireducescatter(h->ccomm, 1, &part,
+                                             recv + (lo - (size_t)my_rank * PART_BYTES), PART_BYTES,
+                                             off, len, t, ncclSum, h->mh_recv, &req);
+            }
+            CHECK(res == ncclSuccess, "window %zu returned %d", posted, (int)res);
+            if (!req)
+                break;
+            reqs[posted++] = req;
+        }
+        int done = 0, size = -1;
+        CHECK_OK(cn_test(reqs[completed], &done, &size));
+        if (done)
+            completed++;
+        else
+            sched_yield();
+    }
+    return 0;
+}
+
+/* ZIPCCL_COLLNET_CODEC qsgd (default): int32 sums exact, f32 sums within qsgd's bound. */
+static int case_rs(int rank, int size, void *arg)
+{
+    head_t h;
+    int codec = (int)(intptr_t)arg; /* 0 none, 1 qsgd */
+    my_rank = rank;
+    nranks = size;
+    if (head_up(&h))
+        return 1;
+    size_t total = (size_t)size * PART_BYTES;
+    uint8_t *recv = h.region + HALF_BYTES;
+    CHECK(total <= HALF_BYTES, "%d nodes do not fit the region", size);
+
+    /* int32: raw, exact */
+    int32_t *si = (int32_t *)h.region;
+    for (size_t i = 0; i < total / 4; i++)
+        si[i] = (int32_t)exact_input(ncclInt32, ncclSum, rank, i);
+    memset(recv, 0x5a, HALF_BYTES);
+    zc_harness_step("reduce-scatter int32");
+    if (run_windows(&h, ncclInt32, 0, NULL))
+        return 1;
+    for (size_t j = 0; j < PART_BYTES / 4; j++) {
+        size_t i = (size_t)rank * PART_BYTES / 4 + j;
+        double ref = 0;
+        for (int r = 0; r < size; r++)
+            ref += exact_input(ncclInt32, ncclSum, r, i);
+        CHECK(((int32_t *)recv)[j] == (int32_t)ref, "int32 element %zu: got %d, expected %.0f", i,
+              ((int32_t *)recv)[j], ref);
+    }
+    for (size_t k = PART_BYTES; k < HALF_BYTES; k++)
+        CHECK(recv[k] == 0x5a, "byte %zu past this node's part was written", k);
+
+    /* f32: compressed (qsgd) within its bound, or exact (none) */
+    float *sf = (float *)h.region;
+    for (size_t i = 0; i < total / 4; i++)
+        sf[i] =
+            codec == 0 ? (float)exact_input(ncclFloat32, ncclSum, rank, i) : comp_input(rank, i);
+    memset(recv, 0x5a, HALF_BYTES);
+    zc_harness_step("reduce-scatter f32");
+    if (run_windows(&h, ncclFloat32, 0, NULL))
+        return 1;
+    size_t inexact = 0;
+    for (size_t j = 0; j < PART_BYTES / 4; j++) {
+        size_t i = (size_t)rank * PART_BYTES / 4 + j;
+        double exact = 0, abs_sum = 0;
+        for (int r = 0; r < size; r++) {
+            double v = codec == 0 ? exact_input(ncclFloat32, ncclSum, r, i) : comp_input(r, i);
+            exact += v;
+            abs_sum += fabs(v);
+        }
+        double got = ((float *)recv)[j];
+        if (codec == 0) {
+            CHECK(got == exact, "f32 element %zu: got %.9g, expected %.9g", i, got, exact);
+            continue;
+        }
+        double tol = comp_bound(1, abs_sum, exact);
+        CHECK(fabs(got - exact) <= tol, "f32 element %zu: got %.9g, expected %.9g within %.3g", i,
+              got, exact, tol);
+        inexact += got != (float)exact;
+    }
+    if (codec != 0)
+        CHECK(inexact > PART_BYTES / 16, "only %zu of %u results inexact: was it compressed?",
+              inexact, PART_BYTES / 4);
+    for (size_t k = PART_BYTES; k < HALF_BYTES; k++)
+        CHECK(recv[k] == 0x5a, "byte %zu past this node's part was written", k);
+    fprintf(stderr, "rank %d: reduce-scatter of %d x %u bytes: %zu of %u f32 results inexact\n",
+            rank, size, PART_BYTES, inexact, PART_BYTES / 4);
+    return head_down(&h);
+}
+
+/* All-gather through the v11 table (v12's slot is NULL): every node's bytes, exact. */
+static int case_ag(int rank, int size, void *arg)
+{
+    head_t h;
+    (void)arg;
+    my_rank = rank;
+    nranks = size;
+    if (head_up(&h))
+        return 1;
+    size_t total = (size_t)size * PART_BYTES;
+    CHECK(total <= HALF_BYTES, "%d nodes do not fit the region", size);
+    uint8_t *mine = malloc(PART_BYTES), *recv = h.region + HALF_BYTES;
+    CHECK(mine, "out of memory");
+    for (size_t i = 0; i < PART_BYTES; i++) /* zeros and 0xff among them: bytes, not numbers */
+        mine[i] = (uint8_t)(i % 7 == 0 ? 0 : i % 11 == 0 ? 0xff : mix((uint64_t)rank << 32 ^ i));
+    memset(recv, 0x5a, HALF_BYTES);
+    zc_harness_step("all-gather");
+    if (run_windows(&h, ncclUint8, 1, mine))
+        return 1;
+    for (int r = 0; r < size; r++) {
+        for (size_t i = 0; i < PART_BYTES; i++) {
+            uint8_t want = (uint8_t)(i % 7 == 0    ? 0
+                                     : i % 11 == 0 ? 0xff
+                                                   : mix((uint64_t)r << 32 ^ i));
+            CHECK(recv[(size_t)r * PART_BYTES + i] == want,
+                  "node %d byte %zu: got 0x%02x, want 0x%02x", r, i,
+                  recv[(size_t)r * PART_BYTES + i], want);
+        }
+    }
+    for (size_t k = total; k < HALF_BYTES; k++)
+        CHECK(recv[k] == 0x5a, "byte %zu past the vector was written", k);
+    free(mine);
+    return head_down(&h);
+}
+
+/* ---- two communicators at once, each with its own context, as NCCL 2.30 runs them --------- */
+
+typedef struct comm_thread {
+    head_t *h;
+    int rounds, rc;
+} comm_thread_t;
+
+static void *comm_thread_main(void *p)
+{
+    comm_thread_t *t = p;
+    t->rc = 0;
+    for (int i = 0; i < t->rounds && !t->rc; i++)
+        t->rc = exact_case(t->h, ncclInt32, ncclSum, 8, 64u << 10);
+    return NULL;
+}
+
+/*
+ * Communicators A and B: init twice (distinct contexts), both connected; B's data
+ * path runs on a thread (its proxy) while A's runs here, then A is closed and
+ * finalized while B is still moving data, then B.
+ */
+static int case_two_comms(int rank, int size, void *arg)
+{
+    ncclResult_t res;
+    head_t a, b;
+    void *ctx_a = NULL, *ctx_b = NULL;
+    uint8_t ha[NCCL_NET_HANDLE_MAXSIZE], hb[NCCL_NET_HANDLE_MAXSIZE];
+    static uint8_t all_a[ZC_HARNESS_MAX_RANKS][NCCL_NET_HANDLE_MAXSIZE],
+        all_b[ZC_HARNESS_MAX_RANKS][NCCL_NET_HANDLE_MAXSIZE];
+    void *hs_a[ZC_HARNESS_MAX_RANKS], *hs_b[ZC_HARNESS_MAX_RANKS];
+    (void)arg;
+    my_rank = rank;
+    nranks = size;
+    if (open_plugin())
+        return 1;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    zc_harness_step("init twice");
+    CHECK_OK(cn.v12->init(&ctx_a, 0xa, logger));
+    CHECK_OK(cn.v12->init(&ctx_b, 0xb, logger));
+    CHECK(ctx_a && ctx_b && ctx_a != ctx_b, "contexts %p and %p: one per communicator", ctx_a,
+          ctx_b);
+    CHECK_OK(cn.v12->listen(ctx_a, 0, ha, &a.lcomm));
+    CHECK_OK(cn.v12->listen(ctx_b, 0, hb, &b.lcomm));
+    if (exchange("ha", ha, sizeof(ha), all_a) || exchange("hb", hb, sizeof(hb), all_b))
+        return 1;
+    for (int r = 0; r < size; r++) {
+        hs_a[r] = all_a[r];
+        hs_b[r] = all_b[r];
+    }
+    head_t *hh[2] = {&a, &b};
+    void **hs[2] = {hs_a, hs_b};
+    for (int k = 0; k < 2; k++) {
+        head_t *h = hh[k];
+        zc_harness_step("connect %c", 'A' + k);
+        CHECK_OK(cn.v12->connect(hs[k], size, rank, h->lcomm, &h->ccomm));
+        CHECK_OK(cn.v12->closeListen(h->lcomm));
+        h->region = aligned_alloc(4096, REGION_BYTES);
+        CHECK(h->region, "out of memory");
+        CHECK_OK(cn_reg_mr(h->ccomm, h->region, REGION_BYTES, NCCL_PTR_HOST, &h->mh_send));
+        CHECK_OK(cn_reg_mr(h->ccomm, h->region, REGION_BYTES, NCCL_PTR_HOST, &h->mh_recv));
+    }
+    comm_thread_t t = {.h = &b, .rounds = 12, .rc = 1};
+    pthread_t tid;
+    CHECK(pthread_create(&tid, NULL, comm_thread_main, &t) == 0, "pthread_create");
+    for (int i = 0; i < 3; i++)
+        if (exact_case(&a, ncclInt64, ncclSum, 8, 64u << 10))
+            return 1;
+    /* A goes away while B's data path is running */
+    zc_harness_step("close A");
+    CHECK_OK(cn_dereg_mr(a.ccomm, a.mh_send));
+    CHECK_OK(cn_dereg_mr(a.ccomm, a.mh_recv));
+    CHECK_OK(cn_close_coll(a.ccomm));
+    CHECK_OK(cn.v12->finalize(ctx_a));
+    CHECK(cn.v12->finalize(ctx_a) == ncclInternalError, "a context finalized twice");
+    pthread_join(tid, NULL);
+    CHECK(t.rc == 0, "communicator B failed");
+    if (exact_case(&b, ncclUint8, ncclMax, 2, 4096)) /* B alone, after A's finalize */
+        return 1;
+    cn.ctx = ctx_b;
+    free(a.region);
+    return head_down(&b);
+}
+
+/* ---- the tuner, called as NCCL 2.30 calls it (2.28.9: the same without getChunkSize) ------- */
+
+static int case_tuner(int rank, int size, void *arg)
+{
+    ncclResult_t res;
+    int expect_on = arg != NULL;
+    (void)size;
+    my_rank = rank;
+    nranks = 1;
+    void *lib = dlopen(plugin_path, RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib, "dlopen %s: %s", plugin_path, dlerror());
+    const ncclTuner_v6_t *t6 = dlsym(lib, "ncclTunerPlugin_v6");
+    const ncclTuner_v5_t *t5 = dlsym(lib, "ncclTunerPlugin_v5");
+    const ncclCollNet_v12_t *c = dlsym(lib, "ncclCollNetPlugin_v12");
+    CHECK(t6 && t5 && c, "tuner or CollNet tables missing");
+    CHECK(strcmp(t6->name, "zipccl") == 0 && t6->init && t6->getCollInfo && t6->finalize &&
+              t6->getChunkSize,
+          "v6 table");
+    CHECK(t5->init == t6->init && t5->getCollInfo == t6->getCollInfo &&
+              t5->finalize == t6->finalize,
+          "v5 is not v6's first four slots");
+
+    /* NCCL: CollNet init at comm allocation (commHash), the tuner's after transports */
+    const uint64_t comm = 0x5eed;
+    void *cctx = NULL, *tctx = NULL, *other = NULL, *single = NULL;
+    ncclNvlDomainInfo_v6_t nvl = {2, 1, 1};
+    static ncclTunerConstants_v6_t constants, before;
+    memset(&constants, 0, sizeof(constants));
+    constants.hwLatencies[NCCL_HW_NET][NCCL_ALGO_COLLNET_CHAIN][NCCL_PROTO_SIMPLE] = 30;
+    before = constants;
+    CHECK_OK(c->init(&cctx, comm, logger));
+    CHECK_OK(t6->init(&tctx, comm, 2, 2, logger, &nvl, &constants));
+    CHECK_OK(t6->init(&other, comm + 1, 2, 2, logger, &nvl, &constants)); /* not our CollNet */
+    CHECK_OK(t6->init(&single, comm, 1, 1, logger, &nvl, &constants));    /* one node */
+    CHECK(memcmp(&constants, &before, sizeof(constants)) == 0, "the constants changed");
+
+    /* getCollInfo: CollNet entries that are not -1 become the cheapest, for big all-reduces */
+    float table[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS];
+    struct {
+        ncclFunc_t f;
+        size_t bytes;
+        int chain_ok; /* CollNet Chain available (Direct never: -1 stays) */
+        int want_zero;
+    } calls[] = {
+        {ncclFuncAllReduce, 64u << 20, 1, 1},      {ncclFuncAllReduce, 4u << 20, 1, 1},
+        {ncclFuncAllReduce, (4u << 20) - 1, 1, 0}, {ncclFuncAllReduce, 64u << 20, 0, 0},
+        {ncclFuncAllGather, 64u << 20, 1, 0},      {ncclFuncReduceScatter, 64u << 20, 1, 0},
+    };
+    void *ctxs[3] = {tctx, other, single};
+    for (int k = 0; k < 3; k++) {
+        for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+            for (int a = 0; a < NCCL_NUM_ALGORITHMS; a++)
+                for (int p = 0; p < NCCL_NUM_PROTOCOLS; p++)
+                    table[a][p] = 10.0f + (float)(a * 3 + p);
+            table[NCCL_ALGO_COLLNET_DIRECT][NCCL_PROTO_SIMPLE] = NCCL_ALGO_PROTO_IGNORE;
+            if (!calls[i].chain_ok)
+                table[NCCL_ALGO_COLLNET_CHAIN][NCCL_PROTO_SIMPLE] = NCCL_ALGO_PROTO_IGNORE;
+            int nch = 0;
+            CHECK_OK(t6->getCollInfo(ctxs[k], calls[i].f, calls[i].bytes, 1, (float **)table,
+                                     NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, i & 1, &nch));
+            CHECK(nch == 0, "nChannels set to %d", nch);
+            int zero = expect_on && k == 0 && calls[i].want_zero;
+            for (int a = 0; a < NCCL_NUM_ALGORITHMS; a++) {
+                for (int p = 0; p < NCCL_NUM_PROTOCOLS; p++) {
+                    float want = 10.0f + (float)(a * 3 + p);
+                    if (a == NCCL_ALGO_COLLNET_DIRECT && p == NCCL_PROTO_SIMPLE)
+                        want = NCCL_ALGO_PROTO_IGNORE;
+                    if (a == NCCL_ALGO_COLLNET_CHAIN && p == NCCL_PROTO_SIMPLE)
+                        want = !calls[i].chain_ok ? NCCL_ALGO_PROTO_IGNORE : zero ? 0.0f : want;
+                    CHECK(table[a][p] == want, "ctx %d call %zu: algo %d proto %d cost %g, want %g",
+                          k, i, a, p, table[a][p], want);
+                }
+            }
+        }
+    }
+
+    /* getChunkSize: only CollNet SIMPLE all-reduce/reduce-scatter chunks, raised, capped */
+    size_t buffsize =
+        (size_t)strtoull(getenv("NCCL_BUFFSIZE") ? getenv("NCCL_BUFFSIZE") : "4194304", NULL, 0);
+    size_t target = (size_t)2 << 20; /* ZIPCCL_TUNER_CHUNK's default */
+    size_t cap = buffsize / 8 < target ? buffsize / 8 : target;
+    struct {
+        ncclFunc_t f;
+        size_t bytes;
+        int algo, proto, nch;
+        size_t nccl, want;
+    } chunks[] = {
+        {ncclFuncAllReduce, 256u << 20, NCCL_ALGO_COLLNET_CHAIN, NCCL_PROTO_SIMPLE, 2, 131072, cap},
+        {ncclFuncAllReduce, 256u << 20, NCCL_ALGO_COLLNET_DIRECT, NCCL_PROTO_SIMPLE, 4, 65536, cap},
+        {ncclFuncReduceScatter, 256u << 20, NCCL_ALGO_COLLNET_DIRECT, NCCL_PROTO_SIMPLE, 1, 32768,
+         cap},
+        /* a channel's share below the target: the share, a multiple of 512 */
+        {ncclFuncAllReduce, 3 * 100000, NCCL_ALGO_COLLNET_CHAIN, NCCL_PROTO_SIMPLE, 3, 32768,
+         cap < 99840 ? cap : 99840},
+        /* never lowered */
+        {ncclFuncAllReduce, 1u << 20, NCCL_ALGO_COLLNET_CHAIN, NCCL_PROTO_SIMPLE, 8, 262144,
+         262144},
+        {ncclFuncAllReduce, 256u << 20, NCCL_ALGO_RING, NCCL_PROTO_SIMPLE, 1, 131072, 131072},
+        {ncclFuncAllReduce, 256u << 20, NCCL_ALGO_COLLNET_CHAIN, NCCL_PROTO_LL, 2, 16384, 16384},
+        {ncclFuncAllGather, 256u << 20, NCCL_ALGO_COLLNET_DIRECT, NCCL_PROTO_SIMPLE, 2, 65536,
+         65536},
+    };
+    for (int k = 0; k < 3; k++) {
+        for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
+            size_t got = chunks[i].nccl;
+            CHECK_OK(t6->getChunkSize(ctxs[k], chunks[i].f, chunks[i].bytes, chunks[i].algo,
+                                      chunks[i].proto, chunks[i].nch, &got));
+            size_t want = expect_on && k == 0 && chunks[i].want > chunks[i].nccl ? chunks[i].want
+                                                                                 : chunks[i].nccl;
+            CHECK(got == want && got % 512 == 0, "ctx %d chunk call %zu: %zu, want %zu", k, i, got,
+                  want);
+        }
+    }
+    fprintf(stderr, "tuner: %s, CollNet chunk %zu bytes (NCCL_BUFFSIZE %zu)\n",
+            expect_on ? "on" : "off", expect_on ? cap : (size_t)0, buffsize);
+
+    /* a CollNet all-reduce of the tuner's chunk size goes through (1 head) */
+    if (expect_on) {
+        uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
+        void *lc = NULL, *cc = NULL, *mh = NULL, *req = NULL, *hs[1] = {handle};
+        float *buf = malloc(2 * cap);
+        CHECK(buf, "out of memory");
+        for (size_t i = 0; i < cap / 4; i++)
+            buf[i] = (float)(i % 17);
+        CHECK_OK(c->listen(cctx, 0, handle, &lc));
+        CHECK_OK(c->connect(hs, 1, 0, lc, &cc));
+        CHECK_OK(c->closeListen(lc));
+        CHECK_OK(c->regMr(cc, buf, 2 * cap, NCCL_PTR_HOST, &mh));
+        CHECK_OK(
+            c->iallreduce(cc, buf, buf + cap / 4, cap / 4, ncclFloat32, ncclSum, mh, mh, &req));
+        int done = 0, bytes = 0;
+        while (!done)
+            CHECK_OK(c->test(req, &done, &bytes));
+        CHECK(bytes == (int)cap, "test reported %d bytes", bytes);
+        CHECK_OK(c->deregMr(cc, mh));
+        CHECK_OK(c->closeColl(cc));
+        free(buf);
+    }
+    for (int k = 0; k < 3; k++)
+        CHECK_OK(t6->finalize(ctxs[k]));
+    CHECK_OK(c->finalize(cctx));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -1151,6 +1597,38 @@ int main(int argc, char **argv)
 
     if (strcmp(name, "abi") == 0) {
         fn = case_abi;
+    } else if (strcmp(name, "abi-all-types") == 0) {
+        codec_env[2] = "ZIPCCL_COLLNET_ALL_TYPES=1";
+        o.env = codec_env;
+        fn = case_abi;
+        arg = (void *)1;
+    } else if (sscanf(name, "rs-none-%d", &n) == 1) {
+        codec_env[2] = "ZIPCCL_COLLNET_CODEC=none";
+        o.env = codec_env;
+        o.nranks = n;
+        fn = case_rs;
+    } else if (sscanf(name, "rs-%d", &n) == 1) {
+        o.nranks = n;
+        fn = case_rs;
+        arg = (void *)1;
+    } else if (sscanf(name, "ag-%d", &n) == 1) {
+        o.nranks = n;
+        fn = case_ag;
+    } else if (strcmp(name, "two-comms") == 0) {
+        o.nranks = 2;
+        fn = case_two_comms;
+    } else if (strcmp(name, "tuner") == 0) {
+        fn = case_tuner;
+        arg = (void *)1;
+    } else if (strcmp(name, "tuner-buffsize") == 0) {
+        codec_env[2] = "NCCL_BUFFSIZE=16777216";
+        o.env = codec_env;
+        fn = case_tuner;
+        arg = (void *)1;
+    } else if (strcmp(name, "tuner-off") == 0) {
+        codec_env[2] = "ZIPCCL_TUNER=0";
+        o.env = codec_env;
+        fn = case_tuner;
     } else if (strcmp(name, "bad-config") == 0) {
         codec_env[2] = "ZIPCCL_COLLNET_CODEC=zstd";
         o.env = codec_env;

@@ -6,8 +6,9 @@
  *   net_driver LIBRARY CASE [--v8]
  *
  * The library is dlopened like NCCL does (RTLD_NOW | RTLD_LOCAL) and the
- * tables looked up in NCCL's order, ncclNetPlugin_v11 first; all of v11, v10,
- * v9 and v8 must exist and be named "zipccl". The v11 table is driven unless
+ * tables looked up in NCCL's order, ncclNetPlugin_v12 first; all of v12, v11,
+ * v10, v9 and v8 must exist and be named "zipccl". The v12 table is driven
+ * (as NCCL 2.30 does; v11 has the same functions but for getProperties) unless
  * --v8 asks for the v8 one (init without context, int sizes). Cases:
  *
  *   pair      2 processes, one connection each way: messages of 0 B, 1 B,
@@ -21,7 +22,8 @@
  *             progress and service threads do, on one plugin context
  *   args      1 process: bad arguments give ncclInternalError (NULL pointers,
  *             bad device, CUDA memory, n != 1, a foreign handle), a
- *             connection to itself works, finalize(NULL) succeeds
+ *             connection to itself works, finalize(NULL) succeeds, setNetAttr
+ *             takes hints (v12 and v11), v12 and v11 properties in their layouts
  *   config    a bad ZIPCCL_TIMEOUT_S makes init fail with ncclInvalidUsage
  *             and a NCCL WARN naming it; ZIPCCL_NET_IFNAME naming no
  *             interface makes it fail with ncclSystemError; a prefix list
@@ -127,23 +129,25 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
             file ? file : "?", line, msg);
 }
 
-/* ---- the plugin, through the v11 or the v8 table ---- */
+/* ---- the plugin, through the v12 or the v8 table ---- */
 
 typedef struct api {
-    const ncclNet_v11_t *v11;
+    const ncclNet_v12_t *v12; /* NCCL 2.30 uses it directly */
+    const ncclNet_v11_t *v11; /* NCCL 2.28 and 2.29 */
     const ncclNet_v8_t *v8;
     void *ctx;
 } api_t;
 
 static api_t api;
 
-/* An entry point whose signature v8 and v11 share, from the table under test. */
-#define NET(fn) (use_v8 ? api.v8->fn : api.v11->fn)
+/* An entry point whose signature v8 and v12 share, from the table under test. */
+#define NET(fn) (use_v8 ? api.v8->fn : api.v12->fn)
 
 static int api_open(void)
 {
-    static const char *const order[] = {"ncclNetPlugin_v11", "ncclNetPlugin_v10",
-                                        "ncclNetPlugin_v9", "ncclNetPlugin_v8"};
+    static const char *const order[] = {"ncclNetPlugin_v12", "ncclNetPlugin_v11",
+                                        "ncclNetPlugin_v10", "ncclNetPlugin_v9",
+                                        "ncclNetPlugin_v8"};
     void *lib = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
     const void *first = NULL;
 
@@ -159,10 +163,11 @@ static int api_open(void)
         if (!first)
             first = table; /* NCCL takes the first one it finds */
     }
-    api.v11 = first;
-    CHECK(api.v11 == dlsym(lib, "ncclNetPlugin_v11"));
+    api.v12 = first;
+    CHECK(api.v12 == dlsym(lib, "ncclNetPlugin_v12"));
+    api.v11 = dlsym(lib, "ncclNetPlugin_v11");
     api.v8 = dlsym(lib, "ncclNetPlugin_v8");
-    CHECK(api.v11->finalize != NULL && api.v11->init != NULL && api.v8->init != NULL);
+    CHECK(api.v12->finalize != NULL && api.v12->init != NULL && api.v8->init != NULL);
     return 0;
 }
 
@@ -170,32 +175,32 @@ static ncclResult_t api_init(void)
 {
     if (use_v8)
         return api.v8->init(logger);
-    ncclNetCommConfig_v11_t config = {.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF};
-    return api.v11->init(&api.ctx, 0x5eed0000u + (unsigned)my_rank, &config, logger, NULL);
+    ncclNetCommConfig_v12_t config = {.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF};
+    return api.v12->init(&api.ctx, 0x5eed0000u + (unsigned)my_rank, &config, logger, NULL);
 }
 
 static ncclResult_t api_listen(int dev, void *handle, void **lc)
 {
-    return use_v8 ? api.v8->listen(dev, handle, lc) : api.v11->listen(api.ctx, dev, handle, lc);
+    return use_v8 ? api.v8->listen(dev, handle, lc) : api.v12->listen(api.ctx, dev, handle, lc);
 }
 
 static ncclResult_t api_connect(int dev, void *handle, void **sc)
 {
     ncclNetDeviceHandle_v11_t *dh = NULL;
     return use_v8 ? api.v8->connect(dev, handle, sc, &dh)
-                  : api.v11->connect(api.ctx, dev, handle, sc, &dh);
+                  : api.v12->connect(api.ctx, dev, handle, sc, &dh);
 }
 
 static ncclResult_t api_accept(void *lc, void **rc)
 {
     ncclNetDeviceHandle_v11_t *dh = NULL;
-    return use_v8 ? api.v8->accept(lc, rc, &dh) : api.v11->accept(lc, rc, &dh);
+    return use_v8 ? api.v8->accept(lc, rc, &dh) : api.v12->accept(lc, rc, &dh);
 }
 
 static ncclResult_t api_isend(void *sc, void *data, size_t size, int tag, void *mh, void **req)
 {
     return use_v8 ? api.v8->isend(sc, data, (int)size, tag, mh, req)
-                  : api.v11->isend(sc, data, size, tag, mh, NULL, req);
+                  : api.v12->isend(sc, data, size, tag, mh, NULL, req);
 }
 
 static ncclResult_t api_irecv(void *rc, void *data, size_t size, int tag, void *mh, void **req)
@@ -204,12 +209,12 @@ static ncclResult_t api_irecv(void *rc, void *data, size_t size, int tag, void *
         int isize = (int)size;
         return api.v8->irecv(rc, 1, &data, &isize, &tag, &mh, req);
     }
-    return api.v11->irecv(rc, 1, &data, &size, &tag, &mh, NULL, req);
+    return api.v12->irecv(rc, 1, &data, &size, &tag, &mh, NULL, req);
 }
 
 static ncclResult_t api_finalize(void)
 {
-    return use_v8 ? ncclSuccess : api.v11->finalize(api.ctx);
+    return use_v8 ? ncclSuccess : api.v12->finalize(api.ctx);
 }
 
 /* test until done or @p limit_s; *size_p gets the reported size */
@@ -305,9 +310,23 @@ static int check_properties(void)
         CHECK(p.netDeviceType == NCCL_NET_DEVICE_HOST && p.netDeviceVersion == 0);
         return 0;
     }
-    ncclNetProperties_v11_t p;
+    ncclNetProperties_v12_t p;
     memset(&p, 0xa5, sizeof(p));
-    CHECK_OK(api.v11->getProperties(0, &p));
+    CHECK_OK(api.v12->getProperties(0, &p));
+    /* v12: one host NIC per device, no rail or plane (-1; 0 would be an id) */
+    CHECK(p.railId == NCCL_NET_ID_UNDEF && p.planeId == NCCL_NET_ID_UNDEF);
+    /* v11's layout through v11's table: the members after vProps 16 bytes earlier */
+    struct {
+        ncclNetProperties_v11_t p;
+        uint8_t guard[16];
+    } p11;
+    memset(&p11, 0xa5, sizeof(p11));
+    CHECK_OK(api.v11->getProperties(0, &p11.p));
+    CHECK(p11.p.name == p.name && p11.p.guid == p.guid && p11.p.maxP2pBytes == p.maxP2pBytes &&
+          p11.p.maxCollBytes == p.maxCollBytes && p11.p.maxMultiRequestSize == 1 &&
+          p11.p.vProps.ndevs == 1 && p11.p.vProps.devs[0] == 0);
+    for (size_t i = 0; i < sizeof(p11.guard); i++)
+        CHECK(p11.guard[i] == 0xa5);
     CHECK(p.name && strcmp(p.name, "lo") == 0);
     CHECK(p.pciPath == NULL); /* loopback has no /sys/class/net/lo/device */
     CHECK(p.ptrSupport == NCCL_PTR_HOST);
@@ -319,9 +338,9 @@ static int check_properties(void)
     CHECK(p.vProps.ndevs == 1 && p.vProps.devs[0] == 0);
     CHECK(p.maxMultiRequestSize == 1);
     CHECK(p.latency == 0.0f && p.port == 0);
-    CHECK_RES(api.v11->getProperties(ndev, &p), ncclInternalError);
-    CHECK_RES(api.v11->getProperties(-1, &p), ncclInternalError);
-    CHECK_RES(api.v11->getProperties(0, NULL), ncclInternalError);
+    CHECK_RES(api.v12->getProperties(ndev, &p), ncclInternalError);
+    CHECK_RES(api.v12->getProperties(-1, &p), ncclInternalError);
+    CHECK_RES(api.v12->getProperties(0, NULL), ncclInternalError);
     return 0;
 }
 
@@ -570,7 +589,7 @@ static int traffic_main(int rank, int size, void *arg)
         return 1;
     CHECK_OK(api_finalize());
     if (!use_v8)
-        CHECK_OK(api.v11->finalize(NULL));
+        CHECK_OK(api.v12->finalize(NULL));
     CHECK(warn_lines == 0);
     return 0;
 }
@@ -675,21 +694,37 @@ static int args_main(int rank, int size, void *arg)
     my_rank = rank;
     if (api_open())
         return 1;
-    CHECK_OK(api.v11->finalize(NULL)); /* before any init, as after a failed one */
-    CHECK_RES(api.v11->init(NULL, 0, NULL, logger, NULL), ncclInternalError);
+    CHECK_OK(api.v12->finalize(NULL)); /* before any init, as after a failed one */
+    CHECK_RES(api.v12->init(NULL, 0, NULL, logger, NULL), ncclInternalError);
     CHECK_OK(api_init());
     if (check_properties())
         return 1;
-    CHECK_RES(api.v11->devices(NULL), ncclInternalError);
+    CHECK_RES(api.v12->devices(NULL), ncclInternalError);
+
+    /* setNetAttr (NCCL 2.30 calls it on every connect retry and before transfers) */
+    CHECK(api.v12->setNetAttr && api.v11->setNetAttr == api.v12->setNetAttr);
+    ncclNetAttr_v12_t attr = {.sendCommAttr = {4, 1, 2, 1},
+                              .recvCommAttr = {4, 1, 2, 1},
+                              .op = NCCL_NET_ATTR_UNDEF,
+                              .algo = NCCL_NET_ATTR_UNDEF,
+                              .proto = NCCL_NET_ATTR_UNDEF};
+    CHECK_OK(api.v12->setNetAttr(api.ctx, &attr));
+    CHECK_OK(api.v12->setNetAttr(api.ctx, &attr)); /* the same again */
+    attr.op = 1u << 4;                             /* AllReduce */
+    attr.algo = 1u << 1;                           /* Ring */
+    attr.proto = 1u << 2;                          /* Simple */
+    CHECK_OK(api.v12->setNetAttr(api.ctx, &attr));
+    CHECK_RES(api.v12->setNetAttr(NULL, &attr), ncclInternalError);
+    CHECK_RES(api.v12->setNetAttr(api.ctx, NULL), ncclInternalError);
 
     uint8_t handle[NCCL_NET_HANDLE_MAXSIZE], copy[NCCL_NET_HANDLE_MAXSIZE];
     void *lc = NULL, *sc = NULL, *rc = NULL, *req = NULL;
-    CHECK_RES(api.v11->listen(NULL, 0, handle, &lc), ncclInternalError);
-    CHECK_RES(api.v11->listen(api.ctx, 1, handle, &lc), ncclInternalError);
-    CHECK_RES(api.v11->listen(api.ctx, -1, handle, &lc), ncclInternalError);
-    CHECK_RES(api.v11->listen(api.ctx, 0, NULL, &lc), ncclInternalError);
-    CHECK_RES(api.v11->listen(api.ctx, 0, handle, NULL), ncclInternalError);
-    CHECK_OK(api.v11->listen(api.ctx, 0, handle, &lc));
+    CHECK_RES(api.v12->listen(NULL, 0, handle, &lc), ncclInternalError);
+    CHECK_RES(api.v12->listen(api.ctx, 1, handle, &lc), ncclInternalError);
+    CHECK_RES(api.v12->listen(api.ctx, -1, handle, &lc), ncclInternalError);
+    CHECK_RES(api.v12->listen(api.ctx, 0, NULL, &lc), ncclInternalError);
+    CHECK_RES(api.v12->listen(api.ctx, 0, handle, NULL), ncclInternalError);
+    CHECK_OK(api.v12->listen(api.ctx, 0, handle, &lc));
     CHECK(lc != NULL);
     memcpy(copy, handle, sizeof(copy));
 
@@ -697,12 +732,12 @@ static int args_main(int rank, int size, void *arg)
     uint8_t junk[NCCL_NET_HANDLE_MAXSIZE];
     memset(junk, 0x5a, sizeof(junk));
     ncclNetDeviceHandle_v11_t *dh = NULL;
-    CHECK_RES(api.v11->connect(api.ctx, 0, junk, &sc, &dh), ncclInternalError);
-    CHECK_RES(api.v11->connect(api.ctx, 3, copy, &sc, &dh), ncclInternalError);
-    CHECK_RES(api.v11->connect(NULL, 0, copy, &sc, &dh), ncclInternalError);
-    CHECK_RES(api.v11->connect(api.ctx, 0, copy, NULL, &dh), ncclInternalError);
-    CHECK_RES(api.v11->accept(NULL, &rc, &dh), ncclInternalError);
-    CHECK_RES(api.v11->accept(lc, NULL, &dh), ncclInternalError);
+    CHECK_RES(api.v12->connect(api.ctx, 0, junk, &sc, &dh), ncclInternalError);
+    CHECK_RES(api.v12->connect(api.ctx, 3, copy, &sc, &dh), ncclInternalError);
+    CHECK_RES(api.v12->connect(NULL, 0, copy, &sc, &dh), ncclInternalError);
+    CHECK_RES(api.v12->connect(api.ctx, 0, copy, NULL, &dh), ncclInternalError);
+    CHECK_RES(api.v12->accept(NULL, &rc, &dh), ncclInternalError);
+    CHECK_RES(api.v12->accept(lc, NULL, &dh), ncclInternalError);
 
     /* a stranger connects to the listener and sends junk: dropped with a WARN, not accepted */
     int warn_before = warn_lines;
@@ -710,7 +745,7 @@ static int args_main(int rank, int size, void *arg)
         return 1;
     double end = now_s() + 10;
     while (warn_lines == warn_before) {
-        CHECK_OK(api.v11->accept(lc, &rc, &dh));
+        CHECK_OK(api.v12->accept(lc, &rc, &dh));
         CHECK(rc == NULL);
         CHECK(now_s() < end);
     }
@@ -723,58 +758,58 @@ static int args_main(int rank, int size, void *arg)
     double start = now_s();
     while (!sc || !rc) {
         if (!sc)
-            CHECK_OK(api.v11->connect(api.ctx, 0, copy, &sc, &dh));
+            CHECK_OK(api.v12->connect(api.ctx, 0, copy, &sc, &dh));
         if (!rc)
-            CHECK_OK(api.v11->accept(lc, &rc, &dh));
+            CHECK_OK(api.v12->accept(lc, &rc, &dh));
         CHECK(now_s() < start + 20);
     }
     CHECK(now_s() - start < 2.0); /* not after the stranger's ZIPCCL_TIMEOUT_S (5 s) */
     close(silent);
-    CHECK_OK(api.v11->closeListen(lc));
-    CHECK_RES(api.v11->closeListen(NULL), ncclInternalError);
-    CHECK_RES(api.v11->closeListen(sc), ncclInternalError); /* not a listener */
+    CHECK_OK(api.v12->closeListen(lc));
+    CHECK_RES(api.v12->closeListen(NULL), ncclInternalError);
+    CHECK_RES(api.v12->closeListen(sc), ncclInternalError); /* not a listener */
 
     void *mh = NULL, *smh = NULL;
     static uint8_t buf[4096], sbuf[4096];
-    CHECK_RES(api.v11->regMr(rc, buf, sizeof(buf), NCCL_PTR_CUDA, &mh), ncclInternalError);
+    CHECK_RES(api.v12->regMr(rc, buf, sizeof(buf), NCCL_PTR_CUDA, &mh), ncclInternalError);
     CHECK(warn_lines == warn_before + 1); /* says why */
     warn_before = warn_lines;
-    CHECK_RES(api.v11->regMr(NULL, buf, sizeof(buf), NCCL_PTR_HOST, &mh), ncclInternalError);
-    CHECK_RES(api.v11->regMr(rc, buf, sizeof(buf), NCCL_PTR_HOST, NULL), ncclInternalError);
-    CHECK_OK(api.v11->regMr(rc, buf, sizeof(buf), NCCL_PTR_HOST, &mh));
-    CHECK_OK(api.v11->regMrDmaBuf(sc, sbuf, sizeof(sbuf), NCCL_PTR_HOST, 0, -1, &smh));
-    CHECK_RES(api.v11->deregMr(rc, NULL), ncclInternalError);
+    CHECK_RES(api.v12->regMr(NULL, buf, sizeof(buf), NCCL_PTR_HOST, &mh), ncclInternalError);
+    CHECK_RES(api.v12->regMr(rc, buf, sizeof(buf), NCCL_PTR_HOST, NULL), ncclInternalError);
+    CHECK_OK(api.v12->regMr(rc, buf, sizeof(buf), NCCL_PTR_HOST, &mh));
+    CHECK_OK(api.v12->regMrDmaBuf(sc, sbuf, sizeof(sbuf), NCCL_PTR_HOST, 0, -1, &smh));
+    CHECK_RES(api.v12->deregMr(rc, NULL), ncclInternalError);
 
     /* irecv: n != 1, NULL arrays, NULL request */
     void *data[2] = {buf, buf + 2048};
     size_t sizes[2] = {2048, 2048};
     int tags[2] = {7, 7};
     void *mhs[2] = {mh, mh};
-    CHECK_RES(api.v11->irecv(rc, 2, data, sizes, tags, mhs, NULL, &req), ncclInternalError);
+    CHECK_RES(api.v12->irecv(rc, 2, data, sizes, tags, mhs, NULL, &req), ncclInternalError);
     CHECK(warn_lines == warn_before + 1);
-    CHECK_RES(api.v11->irecv(rc, 0, data, sizes, tags, mhs, NULL, &req), ncclInternalError);
-    CHECK_RES(api.v11->irecv(NULL, 1, data, sizes, tags, mhs, NULL, &req), ncclInternalError);
-    CHECK_RES(api.v11->irecv(sc, 1, data, sizes, tags, mhs, NULL, &req), ncclInternalError);
-    CHECK_RES(api.v11->irecv(rc, 1, NULL, sizes, tags, mhs, NULL, &req), ncclInternalError);
-    CHECK_RES(api.v11->irecv(rc, 1, data, NULL, tags, mhs, NULL, &req), ncclInternalError);
-    CHECK_RES(api.v11->irecv(rc, 1, data, sizes, NULL, mhs, NULL, &req), ncclInternalError);
-    CHECK_RES(api.v11->irecv(rc, 1, data, sizes, tags, mhs, NULL, NULL), ncclInternalError);
-    CHECK_RES(api.v11->isend(NULL, sbuf, 10, 7, smh, NULL, &req), ncclInternalError);
-    CHECK_RES(api.v11->isend(rc, sbuf, 10, 7, smh, NULL, &req), ncclInternalError);
-    CHECK_RES(api.v11->isend(sc, NULL, 10, 7, smh, NULL, &req), ncclInternalError);
-    CHECK_RES(api.v11->isend(sc, sbuf, 10, 7, smh, NULL, NULL), ncclInternalError);
-    CHECK_RES(api.v11->isend(sc, sbuf, 10, 7, junk, NULL, &req), ncclInternalError);
-    CHECK_RES(api.v11->test(NULL, &(int){0}, NULL), ncclInternalError);
+    CHECK_RES(api.v12->irecv(rc, 0, data, sizes, tags, mhs, NULL, &req), ncclInternalError);
+    CHECK_RES(api.v12->irecv(NULL, 1, data, sizes, tags, mhs, NULL, &req), ncclInternalError);
+    CHECK_RES(api.v12->irecv(sc, 1, data, sizes, tags, mhs, NULL, &req), ncclInternalError);
+    CHECK_RES(api.v12->irecv(rc, 1, NULL, sizes, tags, mhs, NULL, &req), ncclInternalError);
+    CHECK_RES(api.v12->irecv(rc, 1, data, NULL, tags, mhs, NULL, &req), ncclInternalError);
+    CHECK_RES(api.v12->irecv(rc, 1, data, sizes, NULL, mhs, NULL, &req), ncclInternalError);
+    CHECK_RES(api.v12->irecv(rc, 1, data, sizes, tags, mhs, NULL, NULL), ncclInternalError);
+    CHECK_RES(api.v12->isend(NULL, sbuf, 10, 7, smh, NULL, &req), ncclInternalError);
+    CHECK_RES(api.v12->isend(rc, sbuf, 10, 7, smh, NULL, &req), ncclInternalError);
+    CHECK_RES(api.v12->isend(sc, NULL, 10, 7, smh, NULL, &req), ncclInternalError);
+    CHECK_RES(api.v12->isend(sc, sbuf, 10, 7, smh, NULL, NULL), ncclInternalError);
+    CHECK_RES(api.v12->isend(sc, sbuf, 10, 7, junk, NULL, &req), ncclInternalError);
+    CHECK_RES(api.v12->test(NULL, &(int){0}, NULL), ncclInternalError);
 
     /* a message to itself: tag 7, 3000 bytes into 4096 */
     void *rreq = (void *)(uintptr_t)0x1, *sreq = NULL;
     fill(sbuf, 3000, 0, 0, 9);
     sizes[0] = sizeof(buf);
-    CHECK_OK(api.v11->irecv(rc, 1, data, sizes, tags, mhs, NULL, &rreq));
+    CHECK_OK(api.v12->irecv(rc, 1, data, sizes, tags, mhs, NULL, &rreq));
     CHECK(rreq != NULL && rreq != (void *)(uintptr_t)0x1);
-    CHECK_OK(api.v11->isend(sc, sbuf, 3000, 7, smh, NULL, &sreq));
+    CHECK_OK(api.v12->isend(sc, sbuf, 3000, 7, smh, NULL, &sreq));
     CHECK(sreq != NULL);
-    CHECK_RES(api.v11->test(rreq, NULL, NULL), ncclInternalError);
+    CHECK_RES(api.v12->test(rreq, NULL, NULL), ncclInternalError);
     int got = -1;
     CHECK_OK(wait_req(sreq, &got, 10));
     CHECK(got == 3000);
@@ -787,33 +822,33 @@ static int args_main(int rank, int size, void *arg)
     /* a message larger than the receive: ncclInternalError, said once */
     warn_before = warn_lines;
     sizes[0] = 16;
-    CHECK_OK(api.v11->irecv(rc, 1, data, sizes, tags, mhs, NULL, &rreq));
-    CHECK_OK(api.v11->isend(sc, sbuf, 64, 7, smh, NULL, &sreq));
+    CHECK_OK(api.v12->irecv(rc, 1, data, sizes, tags, mhs, NULL, &rreq));
+    CHECK_OK(api.v12->isend(sc, sbuf, 64, 7, smh, NULL, &sreq));
     CHECK_RES(wait_req(rreq, &got, 10), ncclInternalError);
     CHECK(warn_lines == warn_before + 1);
     CHECK_OK(wait_req(sreq, &got, 10));
 
     void *freq = (void *)(uintptr_t)0x1;
     int fsize = 3000;
-    CHECK_OK(api.v11->iflush(rc, 1, data, &fsize, mhs, &freq));
+    CHECK_OK(api.v12->iflush(rc, 1, data, &fsize, mhs, &freq));
     CHECK(freq == NULL); /* host memory: nothing to flush */
-    CHECK_RES(api.v11->iflush(NULL, 1, data, &fsize, mhs, &freq), ncclInternalError);
+    CHECK_RES(api.v12->iflush(NULL, 1, data, &fsize, mhs, &freq), ncclInternalError);
 
-    CHECK_OK(api.v11->deregMr(rc, mh));
-    CHECK_OK(api.v11->deregMr(sc, smh));
-    CHECK_RES(api.v11->closeSend(rc), ncclInternalError);
-    CHECK_RES(api.v11->closeRecv(sc), ncclInternalError);
-    CHECK_RES(api.v11->closeSend(NULL), ncclInternalError);
-    CHECK_OK(api.v11->closeSend(sc));
-    CHECK_OK(api.v11->closeRecv(rc));
+    CHECK_OK(api.v12->deregMr(rc, mh));
+    CHECK_OK(api.v12->deregMr(sc, smh));
+    CHECK_RES(api.v12->closeSend(rc), ncclInternalError);
+    CHECK_RES(api.v12->closeRecv(sc), ncclInternalError);
+    CHECK_RES(api.v12->closeSend(NULL), ncclInternalError);
+    CHECK_OK(api.v12->closeSend(sc));
+    CHECK_OK(api.v12->closeRecv(rc));
 
     /* a listener closed without accepting: connecting to it fails, does not hang */
-    CHECK_OK(api.v11->listen(api.ctx, 0, handle, &lc));
-    CHECK_OK(api.v11->closeListen(lc));
+    CHECK_OK(api.v12->listen(api.ctx, 0, handle, &lc));
+    CHECK_OK(api.v12->closeListen(lc));
     ncclResult_t res;
     sc = NULL;
     end = now_s() + 10;
-    while ((res = api.v11->connect(api.ctx, 0, handle, &sc, &dh)) == ncclSuccess && !sc)
+    while ((res = api.v12->connect(api.ctx, 0, handle, &sc, &dh)) == ncclSuccess && !sc)
         CHECK(now_s() < end);
     CHECK(res == ncclRemoteError && sc == NULL);
 
@@ -837,7 +872,7 @@ static int args_main(int rank, int size, void *arg)
     CHECK_OK(api.v8->closeSend(sc));
     CHECK_OK(api.v8->closeRecv(rc));
 
-    CHECK_OK(api.v11->finalize(api.ctx));
+    CHECK_OK(api.v12->finalize(api.ctx));
     return 0;
 }
 
@@ -862,48 +897,48 @@ static int config_main(int rank, int size, void *arg)
         /* the devices of this environment's ZIPCCL_NET_IFNAME, for ifname_default.sh */
         CHECK_OK(res);
         int ndev = 0;
-        CHECK_OK(api.v11->devices(&ndev));
+        CHECK_OK(api.v12->devices(&ndev));
         for (int d = 0; d < ndev; d++) {
-            ncclNetProperties_v11_t p;
-            CHECK_OK(api.v11->getProperties(d, &p));
+            ncclNetProperties_v12_t p;
+            CHECK_OK(api.v12->getProperties(d, &p));
             printf("device %s\n", p.name);
         }
         fflush(stdout);
-        CHECK_OK(api.v11->finalize(api.ctx));
+        CHECK_OK(api.v12->finalize(api.ctx));
     } else if (strcmp(want, "prefix") == 0) {
         /* "nosuchif,l": a list of name prefixes; only lo starts with one */
         CHECK_OK(res);
-        ncclNetProperties_v11_t p;
+        ncclNetProperties_v12_t p;
         int ndev = 0;
-        CHECK_OK(api.v11->devices(&ndev));
+        CHECK_OK(api.v12->devices(&ndev));
         CHECK(ndev == 1);
-        CHECK_OK(api.v11->getProperties(0, &p));
+        CHECK_OK(api.v12->getProperties(0, &p));
         CHECK(strcmp(p.name, "lo") == 0);
-        CHECK_OK(api.v11->finalize(api.ctx));
+        CHECK_OK(api.v12->finalize(api.ctx));
     } else {
         /* "^nosuchif": every interface; loopback only when it is the only one */
         CHECK_OK(res);
-        ncclNetProperties_v11_t p[16];
+        ncclNetProperties_v12_t p[16];
         int ndev = 0;
-        CHECK_OK(api.v11->devices(&ndev));
+        CHECK_OK(api.v12->devices(&ndev));
         CHECK(ndev >= 1 && ndev <= 16);
         for (int d = 0; d < ndev; d++) {
-            CHECK_OK(api.v11->getProperties(d, &p[d]));
+            CHECK_OK(api.v12->getProperties(d, &p[d]));
             CHECK(strcmp(p[d].name, "lo") != 0 || ndev == 1);
             CHECK(p[d].speed > 0 && p[d].vProps.ndevs == 1 && p[d].vProps.devs[0] == d);
             for (int e = 0; e < d; e++)
                 CHECK(p[e].guid != p[d].guid && strcmp(p[e].name, p[d].name) != 0);
         }
         /* the same list, in the same order, every time */
-        ncclNetProperties_v11_t again;
+        ncclNetProperties_v12_t again;
         for (int d = 0; d < ndev; d++) {
-            CHECK_OK(api.v11->getProperties(d, &again));
+            CHECK_OK(api.v12->getProperties(d, &again));
             CHECK(strcmp(again.name, p[d].name) == 0 && again.guid == p[d].guid);
         }
-        CHECK_OK(api.v11->finalize(api.ctx));
+        CHECK_OK(api.v12->finalize(api.ctx));
     }
     if (res != ncclSuccess)
-        CHECK_OK(api.v11->finalize(NULL)); /* what NCCL does after a failed init */
+        CHECK_OK(api.v12->finalize(NULL)); /* what NCCL does after a failed init */
     return 0;
 }
 
