@@ -25,39 +25,15 @@ raw volume. What went on the wire with zipccl is in its statistics (zipccl-run -
 python3-mpi4py).
 """
 import argparse
-import gzip
 import hashlib
 import os
-import struct
 import sys
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-DATA_DIR = '/usr/share/datasets/fashion-mnist'
-
-
-def read_idx(path):
-    """An idx file (gzip or not) as a numpy array: the magic gives the type and the rank."""
-    opener = gzip.open if path.endswith('.gz') else open
-    with opener(path, 'rb') as f:
-        data = f.read()
-    zero, dtype, ndim = struct.unpack('>HBB', data[:4])
-    if zero != 0 or dtype != 0x08:
-        raise ValueError(f'{path}: not an idx file of unsigned bytes')
-    shape = struct.unpack('>' + 'I' * ndim, data[4:4 + 4 * ndim])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
-
-
-def load(data_dir, kind, limit):
-    """Images as float32 rows in [0, 1] and labels, the first @limit of them (0: all)."""
-    prefix = 'train' if kind == 'train' else 't10k'
-    x = read_idx(os.path.join(data_dir, f'{prefix}-images-idx3-ubyte.gz'))
-    y = read_idx(os.path.join(data_dir, f'{prefix}-labels-idx1-ubyte.gz'))
-    if limit:
-        x, y = x[:limit], y[:limit]
-    return x.reshape(len(x), -1).astype(np.float32) / 255.0, y.astype(np.int64)
+from fmnist_idx import DATA_DIR, load  # next to this file
 
 
 class MLP:

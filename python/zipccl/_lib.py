@@ -1,7 +1,8 @@
 """Finding libzipccl.so and declaring its C API (include/zipccl/zipccl.h) for ctypes.
 
 Where the library is looked for, in order:
-  1. ZIPCCL_LIBRARY, the path of a libzipccl.so (nothing else is tried when it is set);
+  1. LIBZIPCCL_PATH, the path of a libzipccl.so (nothing else is tried when it is set; not a
+     ZIPCCL_* name, which the C library would warn about as unknown);
   2. the build tree, when this package is the source tree's python/zipccl: build/ next to python/
      (the folder `make` builds into), then build-*/ and builddir/;
   3. the libdir meson installed the library into (_install.py, written by `meson install`);
@@ -81,9 +82,9 @@ class BootstrapHooks(ctypes.Structure):
 
 def _candidates():
     """(where it was looked for, path or soname) in search order."""
-    env = os.environ.get('ZIPCCL_LIBRARY')
+    env = os.environ.get('LIBZIPCCL_PATH')
     if env:
-        return [('ZIPCCL_LIBRARY', env)]
+        return [('LIBZIPCCL_PATH', env)]
     found = []
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))  # python/zipccl -> the source tree
@@ -145,4 +146,4 @@ def load():
             tried.append(f'{path} ({where}: {e})')
     raise LibraryNotFound('zipccl: libzipccl.so not found; looked for ' + '; '.join(tried) +
                           '. Build it with `make` in the source tree, install it with '
-                          '`make install`, or set ZIPCCL_LIBRARY=/path/to/libzipccl.so')
+                          '`make install`, or set LIBZIPCCL_PATH=/path/to/libzipccl.so')
