@@ -33,3 +33,15 @@ def load(data_dir, kind, limit):
     if limit:
         x, y = x[:limit], y[:limit]
     return x.reshape(len(x), -1).astype(np.float32) / 255.0, y.astype(np.int64)
+
+
+def add_training_args(ap):
+    """The options both examples share: epochs, batch, optimizer, data and seed."""
+    ap.add_argument('--epochs', type=int, default=5)
+    ap.add_argument('--batch', type=int, default=128, help='global batch, split over the ranks')
+    ap.add_argument('--lr', type=float, default=0.05)
+    ap.add_argument('--momentum', type=float, default=0.9)
+    ap.add_argument('--train-limit', type=int, default=0, help='first N training images (0: all)')
+    ap.add_argument('--test-limit', type=int, default=0, help='first N test images (0: all)')
+    ap.add_argument('--seed', type=int, default=1)
+    ap.add_argument('--data', default=DATA_DIR, help='folder of the four idx .gz files')

@@ -33,7 +33,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from fmnist_idx import DATA_DIR, load  # next to this file
+from fmnist_idx import add_training_args, load  # next to this file
 
 
 class MLP:
@@ -92,15 +92,8 @@ def evaluate(model, x, y, comm):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('--epochs', type=int, default=5)
-    ap.add_argument('--batch', type=int, default=128, help='global batch, split over the ranks')
-    ap.add_argument('--lr', type=float, default=0.05)
-    ap.add_argument('--momentum', type=float, default=0.9)
+    add_training_args(ap)
     ap.add_argument('--hidden', type=int, default=256)
-    ap.add_argument('--train-limit', type=int, default=0, help='first N training images (0: all)')
-    ap.add_argument('--test-limit', type=int, default=0, help='first N test images (0: all)')
-    ap.add_argument('--seed', type=int, default=1)
-    ap.add_argument('--data', default=DATA_DIR, help='folder of the four idx .gz files')
     args = ap.parse_args()
 
     comm = MPI.COMM_WORLD

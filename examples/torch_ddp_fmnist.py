@@ -36,7 +36,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fmnist_idx import DATA_DIR, load  # noqa: E402 (next to this file)
+from fmnist_idx import add_training_args, load  # noqa: E402 (next to this file)
 
 
 class Counting:
@@ -114,14 +114,7 @@ def main():
     ap.add_argument('--rank', type=int, default=4, help='PowerSGD matrix approximation rank')
     ap.add_argument('--powersgd-start', type=int, default=10,
                     help='PowerSGD: vanilla all-reduce steps before compressing')
-    ap.add_argument('--epochs', type=int, default=5)
-    ap.add_argument('--batch', type=int, default=128, help='global batch, split over the ranks')
-    ap.add_argument('--lr', type=float, default=0.05)
-    ap.add_argument('--momentum', type=float, default=0.9)
-    ap.add_argument('--train-limit', type=int, default=0, help='first N training images (0: all)')
-    ap.add_argument('--test-limit', type=int, default=0, help='first N test images (0: all)')
-    ap.add_argument('--seed', type=int, default=1)
-    ap.add_argument('--data', default=DATA_DIR, help='folder of the four idx .gz files')
+    add_training_args(ap)
     ap.add_argument('--json', default=None, help='rank 0 writes the final figures here')
     args = ap.parse_args()
 
