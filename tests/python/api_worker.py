@@ -14,6 +14,8 @@ Checks, each with its expected value computed here:
     (the communicator still works after); a bad setting fails with ZC_ERR_INVALID_CONFIG naming
     the variable; bad arguments raise ValueError/TypeError before reaching the library;
     LIBZIPCCL_PATH naming a missing file gives LibraryNotFound listing it (in a child);
+  - zipccl.torch.HookState(comm=...): refused without a progress thread; with one, its futures
+    complete with the average, and the caller's communicator stays open;
   - a compressed communicator over the torch process group (zipccl.torch.communicator, QSGD 8
     bits, allgather): every call compressed, (N - 1) payloads of about a byte a value on the
     wire, each element
@@ -221,6 +223,19 @@ def compressed_checks(rank, n):
     expect_error(lambda: comm.allreduce(x), ValueError, 'closed communicator')
 
 
+def hook_state_checks(plain_comm, rank, n):
+    """HookState(comm=...): needs a progress thread; its futures complete with the average."""
+    expect_error(lambda: zt.HookState(comm=plain_comm), ValueError, 'comm without progress thread')
+    with zt.communicator(progress_thread=1, codec='none') as comm:
+        with zt.HookState(comm=comm) as state:
+            futs = [state.allreduce_future(torch.full((1000,), float(rank + k)), key=k + 1)
+                    for k in range(3)]
+            for k, f in enumerate(futs):
+                want = sum(r + k for r in range(n)) / n
+                check(bool((f.wait() == want).all()), f'HookState future {k}: {f.wait()[:3]}')
+        check(comm.stats()['calls'] == 3, 'HookState(comm=): the communicator is still open')
+
+
 def main():
     rank, n = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
     dist.init_process_group('gloo')
@@ -237,6 +252,7 @@ def main():
         want = b1 + b2 + 8 * 8
         check(st['bytes_in'] == want, f'stats: {st["bytes_in"]} bytes in, expected {want}')
         check(st['calls_compressed'] == 0, 'codec none compressed a call')
+        hook_state_checks(comm, rank, n)
     if rank == 0:
         missing_library_check()
     compressed_checks(rank, n)
