@@ -3,7 +3,7 @@
 BUILD ?= build
 MESON_SETUP_ARGS ?=
 
-.PHONY: all deps build test test-slow demo bench docs clean
+.PHONY: all deps build install test test-slow demo bench docs clean
 
 all: build
 
@@ -15,6 +15,12 @@ $(BUILD)/build.ninja:
 
 build: deps $(BUILD)/build.ninja
 	meson compile -C $(BUILD)
+
+# Installs the libraries, tools, headers and the Python package zipccl (meson install: prefix
+# /usr/local unless MESON_SETUP_ARGS=--prefix=...; DESTDIR is honoured). From the source tree
+# no install is needed: PYTHONPATH=python finds build/libzipccl.so.0 (docs/python.md).
+install: build
+	meson install -C $(BUILD) --no-rebuild
 
 # Default suites (unit, integration, plugin); ends with "N passed, N failed".
 test: build

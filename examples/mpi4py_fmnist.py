@@ -25,39 +25,15 @@ raw volume. What went on the wire with zipccl is in its statistics (zipccl-run -
 python3-mpi4py).
 """
 import argparse
-import gzip
 import hashlib
 import os
-import struct
 import sys
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-DATA_DIR = '/usr/share/datasets/fashion-mnist'
-
-
-def read_idx(path):
-    """An idx file (gzip or not) as a numpy array: the magic gives the type and the rank."""
-    opener = gzip.open if path.endswith('.gz') else open
-    with opener(path, 'rb') as f:
-        data = f.read()
-    zero, dtype, ndim = struct.unpack('>HBB', data[:4])
-    if zero != 0 or dtype != 0x08:
-        raise ValueError(f'{path}: not an idx file of unsigned bytes')
-    shape = struct.unpack('>' + 'I' * ndim, data[4:4 + 4 * ndim])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
-
-
-def load(data_dir, kind, limit):
-    """Images as float32 rows in [0, 1] and labels, the first @limit of them (0: all)."""
-    prefix = 'train' if kind == 'train' else 't10k'
-    x = read_idx(os.path.join(data_dir, f'{prefix}-images-idx3-ubyte.gz'))
-    y = read_idx(os.path.join(data_dir, f'{prefix}-labels-idx1-ubyte.gz'))
-    if limit:
-        x, y = x[:limit], y[:limit]
-    return x.reshape(len(x), -1).astype(np.float32) / 255.0, y.astype(np.int64)
+from fmnist_idx import add_training_args, load  # next to this file
 
 
 class MLP:
@@ -116,15 +92,8 @@ def evaluate(model, x, y, comm):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('--epochs', type=int, default=5)
-    ap.add_argument('--batch', type=int, default=128, help='global batch, split over the ranks')
-    ap.add_argument('--lr', type=float, default=0.05)
-    ap.add_argument('--momentum', type=float, default=0.9)
+    add_training_args(ap)
     ap.add_argument('--hidden', type=int, default=256)
-    ap.add_argument('--train-limit', type=int, default=0, help='first N training images (0: all)')
-    ap.add_argument('--test-limit', type=int, default=0, help='first N test images (0: all)')
-    ap.add_argument('--seed', type=int, default=1)
-    ap.add_argument('--data', default=DATA_DIR, help='folder of the four idx .gz files')
     args = ap.parse_args()
 
     comm = MPI.COMM_WORLD

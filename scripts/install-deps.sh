@@ -11,7 +11,7 @@ packages=(
   libopenblas-dev liblapacke-dev
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist gnuplot-nox
-  python3-numpy python3-mpi4py
+  python3-numpy python3-mpi4py python3-torch
 )
 
 missing=()

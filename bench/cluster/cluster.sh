@@ -4,6 +4,7 @@
 #   sudo bench/cluster/cluster.sh [--build DIR] [--hosts H] [--rates 100mbit,1gbit,5gbit]
 #        [--latency 0|1ms|...] [--sizes 64K,1M,16M,64M | --full] [--methods LIST]
 #        [--algos fixed,auto] [--budget S] [--out DIR] [--plots DIR] [--no-plots]
+#        [--exec CMD]
 #
 # Each of the H "hosts" is a network namespace zc<pid>h<i> with one interface zc0
 # (10.77.<n>.<i+1>/24) on a veth pair to a bridge in a namespace zc<pid>sw of its own; each link
@@ -19,6 +20,11 @@
 # and every zipccl method in the same processes, checks every result against the exact sum and
 # writes one JSON line per measurement; bench/cluster/report.py then prints the table, writes
 # results.json, results.md and the plots (gnuplot).
+#
+# --exec CMD runs CMD (bash -c, in the machine's namespace) once per rate instead of mpirun and
+# the report, with ZC_CLUSTER_PREFIX, ZC_CLUSTER_SUBNET, ZC_CLUSTER_HOSTS, ZC_CLUSTER_RATE and
+# ZC_CLUSTER_OUT set: host i is namespace ${ZC_CLUSTER_PREFIX}h$i, address
+# $ZC_CLUSTER_SUBNET.$((i + 1)) on its interface zc0 (bench/torch_ddp_table.py uses it).
 #
 # Root is required (namespaces, tc). Exit status: 0 when every measurement passed its check
 # and no namespace is left, 1 otherwise, 2 for bad arguments, 77 (meson's "skipped") without
@@ -40,6 +46,7 @@ budget=3
 out=""
 plots=""
 no_plots=0
+exec_cmd=""
 
 usage() {
     sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
@@ -56,6 +63,7 @@ usage() {
   --out DIR       results: <rate>.jsonl, results.json, results.md, logs (a new temporary dir)
   --plots DIR     where the PNGs go (--out)
   --no-plots      no gnuplot
+  --exec CMD      run CMD per rate on the hosts instead of cluster_rank (see the header)
 EOF
 }
 
@@ -73,6 +81,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --plots) plots=$2; shift 2 ;;
     --no-plots) no_plots=1; shift ;;
+    --exec) exec_cmd=$2; no_plots=1; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "cluster.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -91,12 +100,14 @@ if [ "$hosts" -lt 2 ] || [ "$hosts" -gt 64 ]; then
     exit 2
 fi
 rank_bin="$build/bench/cluster/cluster_rank"
-if [ ! -x "$rank_bin" ]; then
+if [ -z "$exec_cmd" ] && [ ! -x "$rank_bin" ]; then
     echo "cluster.sh: $rank_bin not found: build it (meson setup $build && ninja -C $build)," \
         "Open MPI (libopenmpi-dev) is needed" >&2
     exit 2
 fi
-for tool in ip tc mpirun python3; do
+tools="ip tc python3"
+[ -z "$exec_cmd" ] && tools="$tools mpirun"
+for tool in $tools; do
     if ! command -v "$tool" >/dev/null; then
         echo "cluster.sh: '$tool' is not installed (scripts/install-deps.sh)" >&2
         exit 2
@@ -215,6 +226,16 @@ for rate in "${rate_list[@]}"; do
         shape "${prefix}h$i" zc0 "$rate"
         shape "${prefix}sw" "h$i" "$rate"
     done
+    if [ -n "$exec_cmd" ]; then
+        echo "# rate $rate: $exec_cmd"
+        ZC_CLUSTER_PREFIX="$prefix" ZC_CLUSTER_SUBNET="$net" ZC_CLUSTER_HOSTS="$hosts" \
+            ZC_CLUSTER_RATE="$rate" ZC_CLUSTER_OUT="$out" bash -c "$exec_cmd" &
+        if ! wait $!; then
+            echo "cluster.sh: --exec at $rate failed" >&2
+            status=1
+        fi
+        continue
+    fi
     echo "# rate $rate: mpirun -np $hosts cluster_rank --sizes $sizes --methods $methods"
     rm -f "$out/$rate.jsonl"
     # Open MPI: tcp btl and ob1 only (vader's shared memory and the UCX pml would bypass the
@@ -236,6 +257,7 @@ for rate in "${rate_list[@]}"; do
     fi
 done
 
+[ -n "$exec_cmd" ] && exit "$status"
 report_args=(--hosts "$hosts" --out "$out" --rates "$rates")
 [ "$no_plots" -eq 0 ] && report_args+=(--plots "$plots")
 python3 "$here/report.py" "${report_args[@]}" || status=1
