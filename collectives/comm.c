@@ -367,6 +367,7 @@ ZC_EXPORT void zc_comm_destroy(zc_comm_t *comm)
                 sched_yield();
     }
     double residual = zc_state_store_residual_norm(comm->store);
+    comm->stats.oob_values = zc_state_store_oob_values(comm->store);
     if (comm->cfg.stats)
         zc_stats_print(&comm->stats, residual, comm->rank, comm->size, stderr);
     if (comm->cfg.stats_file[0])

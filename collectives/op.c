@@ -459,6 +459,23 @@ static void failure_why(const zc_coll_op_t *op, zc_status_t status, const char *
  * This rank failed @p op first: the communicator is broken here, and every
  * peer is told why (best effort: a dead peer's send fails, which is fine).
  */
+/* Sends this rank's abort_out (culprit, status, seq and why filled) to every peer, once. */
+static void abort_post(zc_comm_t *comm)
+{
+    zc_coll_abort_t *a = comm->abort_out;
+
+    a->magic = ABORT_MAGIC;
+    a->origin = comm->rank;
+    comm->abort_sent = 1;
+    zc_ucx_set_quiet(comm->ucx);
+    zc_ucx_req_t *sends = comm->abort_reqs + comm->size;
+    for (int r = 0; r < comm->size; r++) {
+        sends[r].status = ZC_OK;
+        if (r != comm->rank && zc_ucx_isend(comm->ucx, r, ABORT_TAG, a, sizeof(*a), &sends[r]) < 0)
+            sends[r].status = ZC_ERR_PEER;
+    }
+}
+
 static void abort_send(zc_coll_op_t *op, zc_status_t status)
 {
     zc_comm_t *comm = op->comm;
@@ -470,21 +487,38 @@ static void abort_send(zc_coll_op_t *op, zc_status_t status)
     if (!comm->abort_out || comm->abort_sent)
         return;
     zc_coll_abort_t *a = comm->abort_out;
-    a->magic = ABORT_MAGIC;
-    a->origin = comm->rank;
     a->culprit = op->culprit;
     a->status = status;
     a->seq = op->seq;
     _Static_assert(sizeof(a->why) == sizeof(comm->broken_why), "the abort carries broken_why");
     memcpy(a->why, comm->broken_why, sizeof(a->why));
-    comm->abort_sent = 1;
     ZC_ERROR("%s; telling the other ranks", comm->broken_why);
-    zc_ucx_set_quiet(comm->ucx);
-    zc_ucx_req_t *sends = comm->abort_reqs + comm->size;
+    abort_post(comm);
+}
+
+/*
+ * A peer timed out waiting for this rank, whose own wait had not timed out
+ * yet (it waits for the stalled rank, and started later): without an abort of
+ * its own it would look like the stalled one to every stall_settle. It says
+ * it is alive: an abort that blames nobody.
+ */
+static void abort_alive(zc_comm_t *comm)
+{
+    if (!comm->abort_out || comm->abort_sent)
+        return;
     for (int r = 0; r < comm->size; r++) {
-        sends[r].status = ZC_OK;
-        if (r != comm->rank && zc_ucx_isend(comm->ucx, r, ABORT_TAG, a, sizeof(*a), &sends[r]) < 0)
-            sends[r].status = ZC_ERR_PEER;
+        const zc_coll_abort_t *in = &comm->abort_in[r];
+        if (r == comm->rank || !comm->abort_got[r] || in->status != ZC_ERR_TIMEOUT ||
+            in->culprit != comm->rank)
+            continue;
+        zc_coll_abort_t *a = comm->abort_out;
+        a->culprit = -1;
+        a->status = ZC_ERR_TIMEOUT;
+        a->seq = in->seq;
+        snprintf(a->why, sizeof(a->why), "rank %d, which rank %d timed out waiting for, is alive",
+                 comm->rank, r);
+        abort_post(comm);
+        return;
     }
 }
 
@@ -633,9 +667,11 @@ static void stall_settle(zc_comm_t *comm)
 /* Listens until @p until for the other ranks' aborts, then names the stalled rank. */
 static void stall_gather(zc_comm_t *comm, uint64_t until)
 {
-    while (zc_time_ns() < until)
+    while (zc_time_ns() < until) {
+        abort_alive(comm);
         if (!zc_ucx_progress(comm->ucx))
             sched_yield();
+    }
     stall_settle(comm);
 }
 

@@ -143,6 +143,10 @@ void zc_stats_print(const zc_stats_book_t *book, double residual_norm, int rank,
     }
     zc_stats_totals(book, residual_norm, &total);
     print_row(f, rank, "total", &total, 1);
+    if (book->oob_values)
+        fprintf(f,
+                "%4d  %" PRIu64 " values out of band (NaN, infinities, out of the codec's range)\n",
+                rank, book->oob_values);
 }
 
 /* ---------------------------------------------------------------- JSON */
@@ -216,6 +220,7 @@ static void json_write(FILE *f, const zc_stats_book_t *book, double residual_nor
     zc_stats_totals(book, residual_norm, &total);
     fprintf(f, "{\n  \"rank\": %d,\n  \"size\": %d,\n  \"total\": {", rank, size);
     json_fields(f, &total, 1);
+    fprintf(f, ", \"values_out_of_band\": %" PRIu64, book->oob_values);
     fputs("},\n  \"paths\": [", f);
     for (int i = 0, a, c; next_path(book, &i, &a, &c, &row);) {
         const char *an = zc_algo_name((zc_algo_id_t)a), *cn = zc_codec_name((zc_codec_id_t)c);

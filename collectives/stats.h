@@ -27,6 +27,9 @@ typedef struct zc_stats_book {
     zc_stats_t total;
     zc_stats_t rows[ZC_ALGO_COUNT][ZC_CODEC_COUNT];
     double rel_err_sum; /* of total; rows keep theirs in rows[][].rel_err as sums until read */
+    /* values this rank sent out of band or whose residual it cleared (NaN, infinities, out of
+     * range; docs/codecs.md): the state store's count, set before the book is printed */
+    uint64_t oob_values;
 } zc_stats_book_t;
 
 /* Records one completed call that took @p total_ns. */

@@ -169,6 +169,7 @@ Test(stats, table_has_a_row_per_path_and_a_total)
 
     cr_assert_not_null(f);
     fill_book(&book);
+    book.oob_values = 7;
     zc_stats_print(&book, 2.5, 3, 8, f);
     fclose(f);
 
@@ -176,7 +177,8 @@ Test(stats, table_has_a_row_per_path_and_a_total)
     int lines = 0;
     for (const char *p = text; (p = strchr(p, '\n')); p++)
         lines++;
-    cr_assert_eq(lines, 2 + 3 + 1, "title, header, 3 paths, total:\n%s", text);
+    cr_assert_eq(lines, 2 + 3 + 1 + 1, "title, header, 3 paths, total, out of band:\n%s", text);
+    cr_assert(strstr(text, "   3  7 values out of band"), "%s", text);
 
     cr_assert(find_line(text, "raw", line, sizeof(line)), "%s", text);
     cr_assert(strstr(line, "   3  raw "), "the rank opens the row: '%s'", line);
@@ -269,6 +271,7 @@ Test(stats, json_parses_with_the_recorded_values, .init = json_setup, .fini = js
     char pattern[256], path[256];
 
     fill_book(&book);
+    book.oob_values = 3;
     snprintf(pattern, sizeof(pattern), "%s/stats-%%r.json", dir);
     snprintf(path, sizeof(path), "%s/stats-5.json", dir);
     cr_assert_eq(zc_stats_write_json(&book, 2.5, 5, 8, pattern), ZC_OK);
@@ -279,8 +282,9 @@ Test(stats, json_parses_with_the_recorded_values, .init = json_setup, .fini = js
                   "d['total']['calls_compressed'], d['total']['bytes_in'], "
                   "d['total']['bytes_wire'], d['total']['bytes_wire_raw'], "
                   "d['total']['rel_err_samples'], d['total']['residual_norm'], "
+                  "d['total']['values_out_of_band'], "
                   "[(p['algo'], p['codec'], p['calls']) for p in d['paths']]",
-                  "5 8 6 5 25576 6296 19932 3 2.5 [('raw', 'none', 1), "
+                  "5 8 6 5 25576 6296 19932 3 2.5 3 [('raw', 'none', 1), "
                   "('allgather', 'bf16', 1), ('scatter', 'qsgd', 4)]");
 
     /* doubles survive exactly (17 digits); a path without samples has rel_err null */
