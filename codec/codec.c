@@ -457,12 +457,14 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
      * (minus what the body decodes to at a 0, exact), never an infinity or a
      * NaN that would come back at every later call.
      */
-    uint8_t *body;
+    uint8_t *body = (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES;
+    int scan = 1; /* the generic scan for values out of band, before the encode */
+    surplus = 0;
+    oob_len = 0;
     if (ops->encode_spill) {
         /* the codec finds them itself, body first; the section then goes in front of it */
-        body = (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES;
         const size_t body_cap = cap - ZC_PAYLOAD_HEADER_BYTES;
-        surplus = 0;
+        scan = 0;
         if (residual) {
             status = ZC_ERR_INTERNAL; /* encode_spill codecs keep no residual */
             goto err_free;
@@ -483,7 +485,15 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
             memmove(body + oob_len, body, body_len);
             body += oob_len;
         }
-    } else {
+    } else if (ops->encode_try) {
+        /* clean input needs no scan: the encoder says when it saw a value for a section */
+        status = ops->encode_try(params, state, rng, dtype, src, count, body,
+                                 cap - ZC_PAYLOAD_HEADER_BYTES, &body_len);
+        if (status < 0)
+            goto err_free;
+        scan = status == ZC_CODEC_RETRY_OOB;
+    }
+    if (scan) {
         ZC_CHECK_GOTO(oob_split(ops, state, dtype, &src, count, &oob, &masked, &surplus), status,
                       err_restore);
         /* past the cap a wide body takes the entries in (oob_fit): no room for a section then */
@@ -492,7 +502,7 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
             status = ZC_ERR_BUFFER_TOO_SMALL;
             goto err_restore;
         }
-        body = (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES + oob_len;
+        body += oob_len;
         const size_t body_cap = cap - ZC_PAYLOAD_HEADER_BYTES - oob_len;
         ZC_CHECK_GOTO(ops->encode(params, state, rng, dtype, src, count, body, body_cap, &body_len),
                       status, err_restore);

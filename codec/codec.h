@@ -33,6 +33,9 @@ struct zc_codec_state {
 struct zc_config;
 struct zc_oob;
 
+/* encode_try's answer: the input holds values for a section; not an error. */
+#define ZC_CODEC_RETRY_OOB ((zc_status_t)1)
+
 /*
  * One field of a codec's parameters (its sub-struct of zc_codec_params_t).
  * The list in the ops table is the one description of them: equality of two
@@ -131,6 +134,16 @@ typedef struct zc_codec_ops {
      */
     zc_status_t (*decode_add)(zc_codec_state_t *state, const uint8_t *body, size_t len, float *dst,
                               uint64_t count, float alpha);
+    /*
+     * encode that stops with ZC_CODEC_RETRY_OOB where it meets a value past
+     * oob_limit (QSGD sees it in each bucket's largest magnitude, which it
+     * computes anyway): tried first, so that clean input is read once; on
+     * that answer the generic layer scans the input, masks those values and
+     * calls encode. NULL: always the scan, then encode.
+     */
+    zc_status_t (*encode_try)(const zc_codec_params_t *params, zc_codec_state_t *state,
+                              const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                              uint64_t count, uint8_t *dst, size_t cap, size_t *len_p);
     /*
      * encode for a codec that finds its own values out of band (fp16, bf16:
      * where the cast overflowed, seen in the body written, which is half the

@@ -26,6 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * Magnitudes from 2^64 up (the bits of 0x1p64f and above, NaN included) go out
+ * of band (ops.oob_limit): a bucket whose largest one reaches it stops
+ * encode_try, and the generic layer runs encode on the input with them masked.
+ */
+#define QSGD_OOB_BITS 0x5f800000u
+
 #define QSGD_HEADER_BYTES 8
 #define QSGD_MAX_BUCKET (UINT32_C(1) << 24)
 #define QSGD_MAX_LEVELS 65535u
@@ -181,12 +188,14 @@ static zc_status_t scratch_init(qsgd_scratch_t *sc, size_t len)
  */
 static float bucket_quantize(const zc_qsgd_kernels_t *kern, const zc_codec_params_t *p,
                              const zc_qsgd_rng_t *rng, const float *x, size_t len, uint64_t first,
-                             int32_t *levels)
+                             int32_t *levels, int *oob_p)
 {
     const uint32_t s = p->qsgd.levels;
     uint32_t max_bits = kern->max_abs_bits(x, len);
     float scale;
 
+    if (max_bits >= QSGD_OOB_BITS)
+        *oob_p = 1; /* a value for the out-of-band section: the encode starts again */
     if (max_bits >= 0x7f800000u) {
         memset(levels, 0, len * sizeof(*levels));
         return NAN;
@@ -219,9 +228,11 @@ static float bucket_quantize(const zc_qsgd_kernels_t *kern, const zc_codec_param
     return scale;
 }
 
-static zc_status_t qsgd_encode(const zc_codec_params_t *p, zc_codec_state_t *state,
-                               const zc_codec_rng_t *crng, zc_dtype_t dtype, const void *src,
-                               uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
+/* The encode; with @p try_oob it stops with ZC_CODEC_RETRY_OOB at a bucket holding a value past
+ * QSGD_OOB_BITS. */
+static zc_status_t encode_buckets(const zc_codec_params_t *p, const zc_codec_rng_t *crng,
+                                  zc_dtype_t dtype, const void *src, uint64_t count, uint8_t *dst,
+                                  size_t cap, size_t *len_p, int try_oob)
 {
     const zc_qsgd_kernels_t *kern = zc_qsgd_kernels();
     const uint32_t s = p->qsgd.levels, d = p->qsgd.bucket;
@@ -256,7 +267,12 @@ static zc_status_t qsgd_encode(const zc_codec_params_t *p, zc_codec_state_t *sta
             zc_dtype_to_f32(dtype, (const char *)src + first * esize, len, sc.values);
             x = sc.values;
         }
-        float scale = bucket_quantize(kern, p, &rng, x, len, first, sc.levels);
+        int oob = 0;
+        float scale = bucket_quantize(kern, p, &rng, x, len, first, sc.levels, &oob);
+        if (oob && try_oob) {
+            status = ZC_CODEC_RETRY_OOB;
+            break;
+        }
 
         uint64_t fixed_bits = (uint64_t)len * b;
         int use_elias = p->qsgd.coding == ZC_QSGD_CODING_ELIAS;
@@ -293,6 +309,20 @@ static zc_status_t qsgd_encode(const zc_codec_params_t *p, zc_codec_state_t *sta
     if (status == ZC_OK)
         *len_p = pos;
     return status;
+}
+
+static zc_status_t qsgd_encode(const zc_codec_params_t *p, zc_codec_state_t *state,
+                               const zc_codec_rng_t *crng, zc_dtype_t dtype, const void *src,
+                               uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
+{
+    return encode_buckets(p, crng, dtype, src, count, dst, cap, len_p, 0);
+}
+
+static zc_status_t qsgd_encode_try(const zc_codec_params_t *p, zc_codec_state_t *state,
+                                   const zc_codec_rng_t *crng, zc_dtype_t dtype, const void *src,
+                                   uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
+{
+    return encode_buckets(p, crng, dtype, src, count, dst, cap, len_p, 1);
 }
 
 /*
@@ -544,7 +574,7 @@ const zc_codec_ops_t zc_codec_qsgd_ops = {
      * A scale is a bucket's largest magnitude (or norm): one NaN, infinity or
      * outlier would set it for the whole bucket. Such values go out of band.
      */
-    .oob_limit = 0x1p64f,
+    .oob_limit = 0x1p64f, /* QSGD_OOB_BITS */
     .fields = qsgd_fields,
     .nfields = ZC_ARRAY_SIZE(qsgd_fields),
     .params_default = qsgd_params_default,
@@ -557,5 +587,6 @@ const zc_codec_ops_t zc_codec_qsgd_ops = {
     .nominal_decode_bw = 10e9,
     .bound = qsgd_bound,
     .encode = qsgd_encode,
+    .encode_try = qsgd_encode_try,
     .decode_add = qsgd_decode_add,
 };
