@@ -116,9 +116,13 @@ static void write_values(const float *x, const uint64_t *idx, uint64_t c, unsign
     }
 }
 
-static zc_status_t topk_encode(const zc_codec_params_t *p, zc_codec_state_t *state,
-                               const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
-                               uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
+/*
+ * The encode; with @p try_oob it stops with ZC_CODEC_RETRY_OOB when a kept
+ * value is a NaN or an infinity (they have the largest keys, so one is kept
+ * whenever the input holds one): those go out of band.
+ */
+static zc_status_t encode_kept(const zc_codec_params_t *p, zc_dtype_t dtype, const void *src,
+                               uint64_t count, uint8_t *dst, size_t cap, size_t *len_p, int try_oob)
 {
     const float *x = src;
     const unsigned format =
@@ -127,8 +131,6 @@ static zc_status_t topk_encode(const zc_codec_params_t *p, zc_codec_state_t *sta
     zc_status_t status;
     uint64_t c;
 
-    (void)state;
-    (void)rng; /* selection is deterministic */
     /* with error feedback the generic layer hands over the f32 residual */
     if (dtype != ZC_DTYPE_F32 || count > ZC_TOPK_MAX_COUNT)
         return ZC_ERR_INVALID_ARG;
@@ -143,6 +145,12 @@ static zc_status_t topk_encode(const zc_codec_params_t *p, zc_codec_state_t *sta
     if (c > cmax) {
         status = ZC_ERR_INTERNAL;
         goto out;
+    }
+    for (uint64_t j = 0; try_oob && j < c; j++) {
+        if (!isfinite(x[idx[j]])) {
+            status = ZC_CODEC_RETRY_OOB;
+            goto out;
+        }
     }
 
     const uint64_t vbytes = c * value_bytes(format);
@@ -179,6 +187,24 @@ static zc_status_t topk_encode(const zc_codec_params_t *p, zc_codec_state_t *sta
 out:
     free(idx);
     return status;
+}
+
+static zc_status_t topk_encode(const zc_codec_params_t *p, zc_codec_state_t *state,
+                               const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                               uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
+{
+    (void)state;
+    (void)rng; /* selection is deterministic */
+    return encode_kept(p, dtype, src, count, dst, cap, len_p, 0);
+}
+
+static zc_status_t topk_encode_try(const zc_codec_params_t *p, zc_codec_state_t *state,
+                                   const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                                   uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
+{
+    (void)state;
+    (void)rng;
+    return encode_kept(p, dtype, src, count, dst, cap, len_p, 1);
 }
 
 static zc_status_t topk_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
@@ -271,5 +297,6 @@ const zc_codec_ops_t zc_codec_topk_ops = {
     .nominal_decode_bw = 20e9,
     .bound = topk_bound,
     .encode = topk_encode,
+    .encode_try = topk_encode_try,
     .decode_add = topk_decode_add,
 };
