@@ -67,6 +67,15 @@ static uint32_t max_abs_bits_block(const float *x)
     return (uint32_t)m;
 }
 
+int zc_oob_any(const float *x, size_t n, float limit)
+{
+    uint32_t lim, m = 0;
+    memcpy(&lim, &limit, sizeof(lim));
+    for (; n >= OOB_BLOCK; x += OOB_BLOCK, n -= OOB_BLOCK)
+        m = ZC_MAX(m, max_abs_bits_block(x));
+    return ZC_MAX(m, max_abs_bits(x, n)) >= lim;
+}
+
 static zc_status_t scan_f32(const float *x, size_t n, uint64_t first, uint32_t lim, uint32_t top,
                             zc_oob_t *oob)
 {

@@ -44,6 +44,12 @@ zc_status_t zc_oob_push(zc_oob_t *oob, uint64_t pos, float val);
 zc_status_t zc_oob_scan(zc_dtype_t dtype, const void *src, uint64_t count, float limit,
                         int finite_only, zc_oob_t *oob);
 
+/*
+ * Whether any of @p n f32 values has !(|v| < @p limit) (a NaN, an infinity or
+ * a magnitude past the limit): a vectorized max over the bit patterns.
+ */
+int zc_oob_any(const float *x, size_t n, float limit);
+
 /* Most entries a section for @p count values holds: 16 + count / 1024, at most count. */
 uint64_t zc_oob_cap(uint64_t count);
 

@@ -13,6 +13,7 @@
  *                             then the count % K tail values as raw f32
  */
 #include "codec/gradiveq/gradiveq.h"
+#include "codec/oob.h"
 #include "common/bitio.h"
 #include "common/compiler.h"
 #include "common/config.h"
@@ -29,6 +30,9 @@
 #endif
 
 #define BODY_HDR 24
+
+/* NaN, infinities and magnitudes from 2^64 up go out of band (docs/codecs.md). */
+#define GVQ_OOB_LIMIT 0x1p64f
 
 typedef struct body_header {
     uint32_t slice, dim, version, tag, contributions, ranks;
@@ -242,8 +246,12 @@ GVQ_CLONES static void expand_rows(const uint8_t *coef, size_t rows, uint32_t k,
 }
 
 /* c = U^T g - U^T mu / N for every whole slice (paper eq. 1), then the raw tail. */
+/*
+ * With @p try_oob, each block (and the tail) is looked at first, while it is
+ * in cache: a value past GVQ_OOB_LIMIT stops the encode (ZC_CODEC_RETRY_OOB).
+ */
 static zc_status_t encode_projected(zc_gradiveq_state_t *g, zc_dtype_t dtype, const void *src,
-                                    uint64_t count, uint8_t *coef)
+                                    uint64_t count, uint8_t *coef, int try_oob)
 {
     const uint32_t k = g->slice, d = g->dim;
     const size_t esize = zc_dtype_size(dtype);
@@ -264,6 +272,8 @@ static zc_status_t encode_projected(zc_gradiveq_state_t *g, zc_dtype_t dtype, co
             zc_dtype_to_f32(dtype, in, rows * k, tmp);
             x = tmp;
         }
+        if (try_oob && zc_oob_any(x, rows * k, GVQ_OOB_LIMIT))
+            return ZC_CODEC_RETRY_OOB;
         for (size_t r = 0; r < rows; r++)
             for (uint32_t j = 0; j < d; j++)
                 c[r * d + j] = -g->offset[j];
@@ -277,14 +287,18 @@ static zc_status_t encode_projected(zc_gradiveq_state_t *g, zc_dtype_t dtype, co
     const uint32_t tail = (uint32_t)(count % k);
     float t[ZC_GRADIVEQ_MAX_SLICE];
     zc_dtype_to_f32(dtype, (const char *)src + slices * k * esize, tail, t);
+    if (try_oob && zc_oob_any(t, tail, GVQ_OOB_LIMIT))
+        return ZC_CODEC_RETRY_OOB;
     if (tail)
         memcpy(coef + slices * d * 4, t, (size_t)tail * 4);
     return ZC_OK;
 }
 
-static zc_status_t gradiveq_encode(const zc_codec_params_t *p, zc_codec_state_t *state,
-                                   const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
-                                   uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
+/* The encode; with @p try_oob, ZC_CODEC_RETRY_OOB at the first block holding a value past
+ * GVQ_OOB_LIMIT. */
+static zc_status_t encode_slices(zc_codec_state_t *state, zc_dtype_t dtype, const void *src,
+                                 uint64_t count, uint8_t *dst, size_t cap, size_t *len_p,
+                                 int try_oob)
 {
     zc_gradiveq_state_t *g = priv_of(state);
 
@@ -310,13 +324,31 @@ static zc_status_t gradiveq_encode(const zc_codec_params_t *p, zc_codec_state_t 
         for (uint64_t i = 0; i < count; i += ZC_GRADIVEQ_MAX_SLICE) {
             size_t n = (size_t)ZC_MIN((uint64_t)ZC_GRADIVEQ_MAX_SLICE, count - i);
             zc_dtype_to_f32(dtype, (const char *)src + i * esize, n, t);
+            if (try_oob && zc_oob_any(t, n, GVQ_OOB_LIMIT))
+                return ZC_CODEC_RETRY_OOB;
             memcpy(dst + BODY_HDR + i * 4, t, n * 4);
         }
     } else {
-        ZC_CHECK(encode_projected(g, dtype, src, count, dst + BODY_HDR));
+        zc_status_t status = encode_projected(g, dtype, src, count, dst + BODY_HDR, try_oob);
+        if (status != ZC_OK)
+            return status;
     }
     *len_p = len;
     return ZC_OK;
+}
+
+static zc_status_t gradiveq_encode(const zc_codec_params_t *p, zc_codec_state_t *state,
+                                   const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                                   uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
+{
+    return encode_slices(state, dtype, src, count, dst, cap, len_p, 0);
+}
+
+static zc_status_t gradiveq_encode_try(const zc_codec_params_t *p, zc_codec_state_t *state,
+                                       const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                                       uint64_t count, uint8_t *dst, size_t cap, size_t *len_p)
+{
+    return encode_slices(state, dtype, src, count, dst, cap, len_p, 1);
 }
 
 /* dst += alpha * values, for @p n f32 values at any alignment. */
@@ -522,7 +554,7 @@ const zc_codec_ops_t zc_codec_gradiveq_ops = {
      * The projection mixes a slice's values: a NaN, an infinity or an outlier
      * would reach every value of its slice. Such values go out of band.
      */
-    .oob_limit = 0x1p64f,
+    .oob_limit = GVQ_OOB_LIMIT,
     .fields = gradiveq_fields,
     .nfields = ZC_ARRAY_SIZE(gradiveq_fields),
     .params_default = gradiveq_params_default,
@@ -537,6 +569,7 @@ const zc_codec_ops_t zc_codec_gradiveq_ops = {
     .nominal_reduce_bw = 10e9,
     .bound = gradiveq_bound,
     .encode = gradiveq_encode,
+    .encode_try = gradiveq_encode_try,
     .decode_add = gradiveq_decode_add,
     .reduce = gradiveq_reduce,
     .poison = gradiveq_poison,
