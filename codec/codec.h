@@ -146,8 +146,8 @@ typedef struct zc_codec_ops {
                               uint64_t count, uint8_t *dst, size_t cap, size_t *len_p);
     /*
      * encode for a codec that finds its own values out of band (fp16, bf16:
-     * where the cast overflowed, seen in the body written, which is half the
-     * input's bytes to read again): writes 0 there in the body and appends
+     * where the cast overflowed, seen in each body block just written, in
+     * cache): writes 0 there in the body and appends
      * the values to @p spill, in position order. Used in place of the scan
      * and encode when set; such a codec keeps no error-feedback residual.
      */

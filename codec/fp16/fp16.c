@@ -229,9 +229,9 @@ static int sum_fits(zc_half_format_t format, const uint8_t *a, const uint8_t *b)
 /*
  * half_encode, then a look at each block of the body for the values that
  * spill: an infinity where the input is finite (the cast overflowed) becomes
- * 0 in the body and its f32 value goes to @p spill. The pass reads the body,
- * half the input's bytes, and a block without an infinity (the common case)
- * costs one vectorized max; the input is read again only where one is.
+ * 0 in the body and its f32 value goes to @p spill. A block at a time, so
+ * that the look is in cache; a block without an infinity (the common case)
+ * costs one vectorized max, and the input is read again only where one is.
  */
 static zc_status_t half_encode_spill(const zc_codec_params_t *params, zc_codec_state_t *state,
                                      const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
@@ -242,11 +242,16 @@ static zc_status_t half_encode_spill(const zc_codec_params_t *params, zc_codec_s
     const uint16_t inf = format == ZC_HALF_BF16 ? 0x7f80u : 0x7c00u;
     const size_t esize = zc_dtype_size(dtype);
 
-    ZC_CHECK(half_encode(params, state, rng, dtype, src, count, dst, cap, len_p));
+    if (count > cap / 2)
+        return ZC_ERR_BUFFER_TOO_SMALL;
     if (dtype == (format == ZC_HALF_BF16 ? ZC_DTYPE_BF16 : ZC_DTYPE_F16))
-        return ZC_OK; /* copied as it is: nothing overflowed */
+        return half_encode(params, state, rng, dtype, src, count, dst, cap, len_p); /* a copy */
     for (size_t i = 0; i < (size_t)count; i += HALF_CROSS_BLOCK) {
         const size_t m = ZC_MIN((size_t)count - i, (size_t)HALF_CROSS_BLOCK);
+        size_t len;
+        /* a block at a time, looked at while it is in cache */
+        ZC_CHECK(half_encode(params, state, rng, dtype, (const uint8_t *)src + i * esize, m,
+                             dst + 2 * i, 2 * m, &len));
         if (m == HALF_CROSS_BLOCK && block_max_bits(dst + 2 * i) < inf)
             continue;
         for (size_t j = 0; j < m; j++) {
@@ -261,6 +266,7 @@ static zc_status_t half_encode_spill(const zc_codec_params_t *params, zc_codec_s
             zc_half_store_le16(dst + 2 * (i + j), 0);
         }
     }
+    *len_p = (size_t)count * 2;
     return ZC_OK;
 }
 
