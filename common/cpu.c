@@ -14,7 +14,13 @@ static int has_f16c(void)
 
 static zc_cpu_level_t cpu_cap = ZC_CPU_NLEVELS;
 
-zc_cpu_level_t zc_cpu_detect(void)
+/*
+ * What this processor has, asked once: kernels look their level up on every
+ * call, and has_f16c's CPUID is slow (a VM exit under a hypervisor).
+ */
+static int detected_level = -1;
+
+static zc_cpu_level_t detect(void)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -26,6 +32,16 @@ zc_cpu_level_t zc_cpu_detect(void)
         return ZC_CPU_AVX2;
 #endif
     return ZC_CPU_SCALAR;
+}
+
+zc_cpu_level_t zc_cpu_detect(void)
+{
+    int level = __atomic_load_n(&detected_level, __ATOMIC_RELAXED);
+    if (level < 0) {
+        level = (int)detect(); /* every thread finds the same */
+        __atomic_store_n(&detected_level, level, __ATOMIC_RELAXED);
+    }
+    return (zc_cpu_level_t)level;
 }
 
 zc_cpu_level_t zc_cpu_level(void)
