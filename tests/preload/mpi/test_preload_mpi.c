@@ -120,6 +120,23 @@ static void *xmalloc(size_t len)
     return p;
 }
 
+/* MPI_Allreduce, or MPI_Iallreduce and MPI_Wait when @p nonblocking: must succeed. */
+static void allreduce(const char *what, const void *src, void *out, size_t count, MPI_Datatype type,
+                      MPI_Op op, MPI_Comm comm, int nonblocking)
+{
+    int rc;
+    if (nonblocking) {
+        MPI_Request req;
+        rc = MPI_Iallreduce(src, out, (int)count, type, op, comm, &req);
+        CHECK(rc == MPI_SUCCESS, "%s: MPI_Iallreduce returned %d", what, rc);
+        rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+        CHECK(req == MPI_REQUEST_NULL, "%s: MPI_Wait left the request", what);
+    } else {
+        rc = MPI_Allreduce(src, out, (int)count, type, op, comm);
+    }
+    CHECK(rc == MPI_SUCCESS, "%s: returned %d", what, rc);
+}
+
 /* ---- bit-identity with PMPI ---------------------------------------------------------------- */
 
 /*
@@ -149,16 +166,7 @@ static void same_as_pmpi(const char *what, int call, MPI_Datatype type, MPI_Op o
         rc = PMPI_Allreduce(in, want, (int)count, type, op, comm);
     }
     CHECK(rc == MPI_SUCCESS, "%s: PMPI_Allreduce returned %d", what, rc);
-    const void *src = in_place ? MPI_IN_PLACE : in;
-    if (nonblocking) {
-        MPI_Request req;
-        rc = MPI_Iallreduce(src, got, (int)count, type, op, comm, &req);
-        CHECK(rc == MPI_SUCCESS, "%s: MPI_Iallreduce returned %d", what, rc);
-        rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
-    } else {
-        rc = MPI_Allreduce(src, got, (int)count, type, op, comm);
-    }
-    CHECK(rc == MPI_SUCCESS, "%s: MPI_Allreduce returned %d", what, rc);
+    allreduce(what, in_place ? MPI_IN_PLACE : in, got, count, type, op, comm, nonblocking);
     for (size_t i = 0; i < count * elem; i++)
         CHECK(got[i] == want[i], "%s: byte %zu of %zu differs from PMPI_Allreduce's (%d, not %d)",
               what, i, count * elem, got[i], want[i]);
@@ -220,18 +228,7 @@ static int compressed_call(const char *what, int call, size_t count, int f64, in
         memcpy(out, in, count * elem);
         src = MPI_IN_PLACE;
     }
-    int rc;
-    if (nonblocking) {
-        MPI_Request req;
-        rc = MPI_Iallreduce(src, out, (int)count, type, MPI_SUM, comm, &req);
-        CHECK(rc == MPI_SUCCESS, "%s: MPI_Iallreduce returned %d", what, rc);
-        MPI_Status st;
-        rc = MPI_Wait(&req, &st);
-        CHECK(req == MPI_REQUEST_NULL, "%s: MPI_Wait left the request", what);
-    } else {
-        rc = MPI_Allreduce(src, out, (int)count, type, MPI_SUM, comm);
-    }
-    CHECK(rc == MPI_SUCCESS, "%s: returned %d", what, rc);
+    allreduce(what, src, out, count, type, MPI_SUM, comm, nonblocking);
     for (size_t i = 0; !in_place && i < count; i++) {
         double v = f64 ? ((double *)in)[i] : ((float *)in)[i];
         CHECK(v == value(call, world_rank, i), "%s: the send buffer changed at %zu", what, i);
@@ -301,15 +298,7 @@ static int raw_call(const char *what, int call, size_t count, int f64, int in_pl
         memcpy(out, in, count * elem);
         src = MPI_IN_PLACE;
     }
-    if (nonblocking) {
-        MPI_Request req;
-        rc = MPI_Iallreduce(src, out, (int)count, type, MPI_SUM, MPI_COMM_WORLD, &req);
-        CHECK(rc == MPI_SUCCESS, "%s: MPI_Iallreduce returned %d", what, rc);
-        rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
-    } else {
-        rc = MPI_Allreduce(src, out, (int)count, type, MPI_SUM, MPI_COMM_WORLD);
-    }
-    CHECK(rc == MPI_SUCCESS, "%s: returned %d", what, rc);
+    allreduce(what, src, out, count, type, MPI_SUM, MPI_COMM_WORLD, nonblocking);
     for (size_t i = 0; i < count; i++) {
         double exact = 0;
         for (int r = 0; r < world_size; r++)
