@@ -1,5 +1,5 @@
 /*
- * preload_mpi_bench: MPI_Allreduce of f32 sums through libzipccl-preload.so against
+ * preload_mpi_bench: MPI_Allreduce of f32 (or f64) sums through libzipccl-preload.so against
  * PMPI_Allreduce (Open MPI's own, which the preload never touches), measured in the same
  * run on the same data, as a ratio. Run it under zipccl-run (meson builds it with Open MPI):
  *
@@ -7,13 +7,16 @@
  *       -- build/bench/preload_mpi_bench
  *   ... zipccl-run --codec none ...     MPI_Allreduce passes through: the wrapper's overhead
  *   ... zipccl-run --no-mpi ...         (ZIPCCL_PRELOAD_MPI=0) the same
+ *   ZIPCCL_PRELOAD_RAW=1 ... zipccl-run --codec none ...
+ *                                       zipccl's raw ring against Open MPI's all-reduce
  *
- *   preload_mpi_bench [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
+ *   preload_mpi_bench [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-t f32|f64]
  *
- * Sizes are bytes of f32 (KiB/MiB suffixes) from -b (64KiB) to -e (64MiB) times -f (4).
- * For each size, both results are checked once against the exact sum (the inputs are small
- * integers, so the uncompressed sum is exact; a compressed one must be within 50% in
- * norm, a sanity check: tests/preload/mpi checks the codec's bound), then -w warm-up rounds
+ * Sizes are bytes of -t's type (f32; KiB/MiB suffixes) from -b (64KiB) to -e (64MiB) times
+ * -f (4). For each size, both results are checked once against the exact sum (the inputs are
+ * small integers, so the uncompressed sum is exact, and must be under ZIPCCL_CODEC=none; a
+ * compressed one must be within 50% in norm, a sanity check: tests/preload/mpi checks the
+ * codec's bound), then -w warm-up rounds
  * (2) and -n timed rounds (by default as many as fit in 512 MiB of data, 3 to 50), each
  * round one PMPI_Allreduce and one MPI_Allreduce after a barrier. A call's time is the
  * slowest rank's; the table gives the medians, the bus bandwidth 2 (N-1)/N * bytes / time
@@ -32,6 +35,7 @@
 #define MAX_ITERS 50
 
 static int rank, nranks;
+static int f64; /* -t f64: MPI_DOUBLE, else MPI_FLOAT */
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -51,15 +55,22 @@ static float input(int r, size_t i)
     return (float)((int)((i * 2654435761u + (size_t)r * 40503u) % 17) - 8);
 }
 
+/* Element @p i of a buffer of the bench's type. */
+static double elem_get(const void *buf, size_t i)
+{
+    return f64 ? ((const double *)buf)[i] : ((const float *)buf)[i];
+}
+
 /* ||got - exact|| / ||exact|| over the whole vector, the same on every rank. */
-static double rel_error(const float *got, size_t count)
+static double rel_error(const void *got, size_t count)
 {
     double part[2] = {0, 0}, sum[2];
     for (size_t i = 0; i < count; i++) {
         double exact = 0;
         for (int r = 0; r < nranks; r++)
             exact += input(r, i);
-        part[0] += (got[i] - exact) * (got[i] - exact);
+        double g = elem_get(got, i);
+        part[0] += (g - exact) * (g - exact);
         part[1] += exact * exact;
     }
     PMPI_Allreduce(part, sum, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -67,12 +78,13 @@ static double rel_error(const float *got, size_t count)
 }
 
 /* One timed call: the slowest rank's seconds. */
-static double timed(int preload, const float *send, float *recv, int count)
+static double timed(int preload, const void *send, void *recv, int count)
 {
+    MPI_Datatype type = f64 ? MPI_DOUBLE : MPI_FLOAT;
     PMPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
-    int rc = preload ? MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)
-                     : PMPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    int rc = preload ? MPI_Allreduce(send, recv, count, type, MPI_SUM, MPI_COMM_WORLD)
+                     : PMPI_Allreduce(send, recv, count, type, MPI_SUM, MPI_COMM_WORLD);
     double dt = MPI_Wtime() - t0, slowest;
     if (rc != MPI_SUCCESS) {
         fprintf(stderr, "preload_mpi_bench: rank %d: %s returned %d\n", rank,
@@ -87,7 +99,7 @@ static void usage(void)
 {
     if (rank == 0)
         fprintf(stderr, "usage: mpirun ... zipccl-run [options] -- preload_mpi_bench [-b MIN] "
-                        "[-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n");
+                        "[-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-t f32|f64]\n");
     MPI_Finalize();
     exit(2);
 }
@@ -113,20 +125,27 @@ int main(int argc, char **argv)
             iters = atoi(argv[++a]);
         else if (!strcmp(argv[a], "-w"))
             warmup = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "-t") &&
+                 (!strcmp(argv[a + 1], "f32") || !strcmp(argv[a + 1], "f64")))
+            f64 = !strcmp(argv[++a], "f64");
         else
             usage();
     }
-    if (lo < 4 || hi < lo || factor < 2 || iters < 0 || iters > MAX_ITERS || warmup < 0)
+    const size_t esize = f64 ? sizeof(double) : sizeof(float);
+    const char *codec = getenv("ZIPCCL_CODEC"), *raw = getenv("ZIPCCL_PRELOAD_RAW");
+    /* uncompressed in zipccl or passed to MPI: either way the sum of small integers is exact */
+    const int exact = codec && !strcmp(codec, "none");
+    if (lo < esize || hi < lo || factor < 2 || iters < 0 || iters > MAX_ITERS || warmup < 0)
         usage();
 
     if (rank == 0) {
-        const char *pre = getenv("LD_PRELOAD"), *codec = getenv("ZIPCCL_CODEC"),
-                   *on = getenv("ZIPCCL_PRELOAD_MPI"), *bits = getenv("ZIPCCL_QSGD_BITS"),
-                   *algo = getenv("ZIPCCL_ALGO");
-        printf("# preload_mpi_bench: %d ranks, f32 sum; preload %s, ZIPCCL_PRELOAD_MPI=%s, "
-               "ZIPCCL_CODEC=%s, ZIPCCL_QSGD_BITS=%s, ZIPCCL_ALGO=%s\n",
-               nranks, pre && strstr(pre, "libzipccl-preload") ? "loaded" : "NOT loaded",
-               on ? on : "(1)", codec ? codec : "(auto)", bits ? bits : "(4)",
+        const char *pre = getenv("LD_PRELOAD"), *on = getenv("ZIPCCL_PRELOAD_MPI"),
+                   *bits = getenv("ZIPCCL_QSGD_BITS"), *algo = getenv("ZIPCCL_ALGO");
+        printf("# preload_mpi_bench: %d ranks, %s sum; preload %s, ZIPCCL_PRELOAD_MPI=%s, "
+               "ZIPCCL_CODEC=%s, ZIPCCL_PRELOAD_RAW=%s, ZIPCCL_QSGD_BITS=%s, ZIPCCL_ALGO=%s\n",
+               nranks, f64 ? "f64" : "f32",
+               pre && strstr(pre, "libzipccl-preload") ? "loaded" : "NOT loaded", on ? on : "(1)",
+               codec ? codec : "(auto)", raw ? raw : "(0)", bits ? bits : "(4)",
                algo ? algo : "(auto)");
         printf("# time: median of the slowest rank; busbw = 2(N-1)/N bytes/time; "
                "ratio = PMPI time / MPI_Allreduce time\n");
@@ -135,21 +154,25 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
-        size_t count = bytes / sizeof(float);
-        float *send = malloc(bytes), *r_mpi = malloc(bytes), *r_pre = malloc(bytes);
+        size_t count = bytes / esize;
+        void *send = malloc(bytes), *r_mpi = malloc(bytes), *r_pre = malloc(bytes);
         if (!send || !r_mpi || !r_pre) {
             fprintf(stderr, "preload_mpi_bench: out of memory for %zu bytes\n", bytes);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
-        for (size_t i = 0; i < count; i++)
-            send[i] = input(rank, i);
+        for (size_t i = 0; i < count; i++) {
+            if (f64)
+                ((double *)send)[i] = input(rank, i);
+            else
+                ((float *)send)[i] = input(rank, i);
+        }
         int n = iters ? iters : (int)((512u << 20) / bytes);
         n = n < 3 ? 3 : n > MAX_ITERS ? MAX_ITERS : n;
 
         timed(0, send, r_mpi, (int)count);
         timed(1, send, r_pre, (int)count);
         double err_mpi = rel_error(r_mpi, count), err_pre = rel_error(r_pre, count);
-        if (err_mpi != 0 || !(err_pre < 0.5)) {
+        if (err_mpi != 0 || !(exact ? err_pre == 0 : err_pre < 0.5)) {
             if (rank == 0)
                 fprintf(stderr,
                         "preload_mpi_bench: %zu bytes: wrong result (relative error "

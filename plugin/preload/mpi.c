@@ -10,8 +10,9 @@
  * handle macros are never used here. Without Open MPI's handles (another MPI),
  * every call passes through untouched.
  *
- * An eligible MPI_Allreduce (preload.h, plus: MPI_FLOAT or MPI_DOUBLE, MPI_SUM,
- * an intracommunicator of more than one rank) runs on a zipccl communicator
+ * An eligible MPI_Allreduce (preload.h's zp_eligible, or zp_eligible_raw under
+ * ZIPCCL_CODEC=none with ZIPCCL_PRELOAD_RAW=1, plus: MPI_FLOAT or MPI_DOUBLE,
+ * MPI_SUM, an intracommunicator of more than one rank) runs on a zipccl communicator
  * made for its MPI communicator at its first eligible call (collective: the
  * conditions are the same on every rank of a call) over a PMPI_Comm_dup of it.
  * The zipccl communicator is cached as an MPI attribute, so that it goes when
@@ -516,7 +517,9 @@ static int call_dtype(const zp_mpi_t *m, const zc_config_t *cfg, const void *sen
         dtype = ZC_DTYPE_F64;
     else
         return -1;
-    if (op != m->op_sum || count <= 0 || !zp_eligible(cfg, dtype, ZC_OP_SUM, (size_t)count))
+    if (op != m->op_sum || count <= 0 ||
+        !(zp_eligible(cfg, dtype, ZC_OP_SUM, (size_t)count) ||
+          zp_eligible_raw(cfg, dtype, ZC_OP_SUM, (size_t)count)))
         return -1;
     if (!recvbuf || !sendbuf || comm == m->comm_null)
         return -1; /* MPI reports these */

@@ -255,20 +255,37 @@ const zc_config_t *zp_config(void)
     return config_ok;
 }
 
-int zp_eligible(const zc_config_t *cfg, zc_dtype_t dtype, zc_redop_t op, size_t count)
+/* A float sum or average of @p count values of @p elem bytes each, at least ZIPCCL_MIN_BYTES. */
+static int float_sum_sized(const zc_config_t *cfg, zc_dtype_t dtype, zc_redop_t op, size_t count,
+                           size_t elem)
 {
-    if (!cfg || cfg->codec == ZC_CODEC_NONE || count == 0)
+    if (count == 0)
         return 0;
     if (dtype != ZC_DTYPE_F32 && dtype != ZC_DTYPE_F16 && dtype != ZC_DTYPE_BF16 &&
         dtype != ZC_DTYPE_F64)
         return 0;
     if (op != ZC_OP_SUM && op != ZC_OP_AVG)
         return 0;
-    /* f64 is reduced in f32 (zp_allreduce): what zipccl compresses is 4 bytes a value */
-    size_t elem = dtype == ZC_DTYPE_F64 ? 4 : zc_dtype_bytes(dtype);
     if (count > SIZE_MAX / elem)
         return 0;
     return (uint64_t)(count * elem) >= (uint64_t)cfg->min_bytes;
+}
+
+int zp_eligible(const zc_config_t *cfg, zc_dtype_t dtype, zc_redop_t op, size_t count)
+{
+    if (!cfg || cfg->codec == ZC_CODEC_NONE)
+        return 0;
+    /* f64 is reduced in f32 (zp_allreduce): what zipccl compresses is 4 bytes a value */
+    return float_sum_sized(cfg, dtype, op, count,
+                           dtype == ZC_DTYPE_F64 ? 4 : zc_dtype_bytes(dtype));
+}
+
+int zp_eligible_raw(const zc_config_t *cfg, zc_dtype_t dtype, zc_redop_t op, size_t count)
+{
+    if (!cfg || cfg->codec != ZC_CODEC_NONE || !cfg->preload_raw)
+        return 0;
+    /* nothing is converted: f64 counts its own 8 bytes */
+    return float_sum_sized(cfg, dtype, op, count, zc_dtype_bytes(dtype));
 }
 
 uint64_t zp_tensor_key(const void *buf, size_t count)
@@ -286,7 +303,12 @@ uint64_t zp_tensor_key(const void *buf, size_t count)
 zc_status_t zp_allreduce(const zp_engine_t *eng, zc_comm_t *comm, const void *sendbuf,
                          void *recvbuf, size_t count, zc_dtype_t dtype, zc_redop_t op, uint64_t key)
 {
-    if (dtype != ZC_DTYPE_F64)
+    /*
+     * ZIPCCL_CODEC=none (zp_eligible_raw): zipccl's uncompressed ring sums f64 in f64,
+     * exact up to the order of the additions, as MPI would.
+     */
+    const zc_config_t *cfg = zp_config();
+    if (dtype != ZC_DTYPE_F64 || (cfg && cfg->codec == ZC_CODEC_NONE))
         return eng->allreduce_key(comm, sendbuf, recvbuf, count, dtype, op, key);
 
     /*

@@ -108,6 +108,15 @@ const zc_config_t *zp_config(void);
 int zp_eligible(const zc_config_t *cfg, zc_dtype_t dtype, zc_redop_t op, size_t count);
 
 /*
+ * Whether an all-reduce runs uncompressed on zipccl's raw ring instead of going
+ * to the host: @p cfg non-NULL, ZIPCCL_CODEC none and ZIPCCL_PRELOAD_RAW on, the
+ * types and operations of zp_eligible, count * type size >= ZIPCCL_MIN_BYTES
+ * (f64 counts 8 bytes: zp_allreduce sums it in f64). Only the MPI frontend asks;
+ * the NCCL one leaves ZIPCCL_CODEC=none to NCCL.
+ */
+int zp_eligible_raw(const zc_config_t *cfg, zc_dtype_t dtype, zc_redop_t op, size_t count);
+
+/*
  * The tensor key of zc_allreduce_key for a buffer (the frontend passes the
  * output buffer, stable across steps for a framework's gradient buckets) of
  * @p count values: a hash of both, never 0.
@@ -117,7 +126,8 @@ uint64_t zp_tensor_key(const void *buf, size_t count);
 /*
  * zc_allreduce_key for an eligible call, f64 included: f64 values are rounded
  * to an f32 copy, reduced there and written back (rounding 2^-24, far below a
- * lossy codec's error; zp_eligible counts them as 4 bytes each). Errors as
+ * lossy codec's error; zp_eligible counts them as 4 bytes each), except under
+ * ZIPCCL_CODEC=none (zp_eligible_raw), where the raw ring sums them in f64. Errors as
  * zc_allreduce_key, plus ZC_ERR_NO_MEMORY for the copy; logged where they occur.
  */
 zc_status_t zp_allreduce(const zp_engine_t *eng, zc_comm_t *comm, const void *sendbuf,

@@ -13,6 +13,12 @@
  *                at and around ZIPCCL_MIN_BYTES) within QSGD's error bound and identical on
  *                every rank, ineligible ones in between still bit-identical; the statistics
  *                file counts exactly the eligible calls, all compressed, with fewer bytes
+ *   raw          ZIPCCL_CODEC=none with ZIPCCL_PRELOAD_RAW=1: eligible float and double sums
+ *                (out of place, MPI_IN_PLACE, MPI_Iallreduce, at ZIPCCL_MIN_BYTES) run on
+ *                zipccl's raw ring; their integer-valued inputs make every summation order
+ *                exact, so the result equals the exact sum and PMPI_Allreduce's byte for
+ *                byte; the doubles need more than f32's 24 bits, so a sum in f32 fails; the
+ *                statistics file counts exactly these calls, none compressed
  *   split        sub-communicators of MPI_Comm_split (even and odd ranks): the same checks
  *                on them and on MPI_COMM_WORLD, twice; freeing one writes its statistics
  *   error        ranks passing different counts (MPI_ERRORS_RETURN): every rank gets
@@ -114,6 +120,23 @@ static void *xmalloc(size_t len)
     return p;
 }
 
+/* MPI_Allreduce, or MPI_Iallreduce and MPI_Wait when @p nonblocking: must succeed. */
+static void allreduce(const char *what, const void *src, void *out, size_t count, MPI_Datatype type,
+                      MPI_Op op, MPI_Comm comm, int nonblocking)
+{
+    int rc;
+    if (nonblocking) {
+        MPI_Request req;
+        rc = MPI_Iallreduce(src, out, (int)count, type, op, comm, &req);
+        CHECK(rc == MPI_SUCCESS, "%s: MPI_Iallreduce returned %d", what, rc);
+        rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+        CHECK(req == MPI_REQUEST_NULL, "%s: MPI_Wait left the request", what);
+    } else {
+        rc = MPI_Allreduce(src, out, (int)count, type, op, comm);
+    }
+    CHECK(rc == MPI_SUCCESS, "%s: returned %d", what, rc);
+}
+
 /* ---- bit-identity with PMPI ---------------------------------------------------------------- */
 
 /*
@@ -143,16 +166,7 @@ static void same_as_pmpi(const char *what, int call, MPI_Datatype type, MPI_Op o
         rc = PMPI_Allreduce(in, want, (int)count, type, op, comm);
     }
     CHECK(rc == MPI_SUCCESS, "%s: PMPI_Allreduce returned %d", what, rc);
-    const void *src = in_place ? MPI_IN_PLACE : in;
-    if (nonblocking) {
-        MPI_Request req;
-        rc = MPI_Iallreduce(src, got, (int)count, type, op, comm, &req);
-        CHECK(rc == MPI_SUCCESS, "%s: MPI_Iallreduce returned %d", what, rc);
-        rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
-    } else {
-        rc = MPI_Allreduce(src, got, (int)count, type, op, comm);
-    }
-    CHECK(rc == MPI_SUCCESS, "%s: MPI_Allreduce returned %d", what, rc);
+    allreduce(what, in_place ? MPI_IN_PLACE : in, got, count, type, op, comm, nonblocking);
     for (size_t i = 0; i < count * elem; i++)
         CHECK(got[i] == want[i], "%s: byte %zu of %zu differs from PMPI_Allreduce's (%d, not %d)",
               what, i, count * elem, got[i], want[i]);
@@ -214,18 +228,7 @@ static int compressed_call(const char *what, int call, size_t count, int f64, in
         memcpy(out, in, count * elem);
         src = MPI_IN_PLACE;
     }
-    int rc;
-    if (nonblocking) {
-        MPI_Request req;
-        rc = MPI_Iallreduce(src, out, (int)count, type, MPI_SUM, comm, &req);
-        CHECK(rc == MPI_SUCCESS, "%s: MPI_Iallreduce returned %d", what, rc);
-        MPI_Status st;
-        rc = MPI_Wait(&req, &st);
-        CHECK(req == MPI_REQUEST_NULL, "%s: MPI_Wait left the request", what);
-    } else {
-        rc = MPI_Allreduce(src, out, (int)count, type, MPI_SUM, comm);
-    }
-    CHECK(rc == MPI_SUCCESS, "%s: returned %d", what, rc);
+    allreduce(what, src, out, count, type, MPI_SUM, comm, nonblocking);
     for (size_t i = 0; !in_place && i < count; i++) {
         double v = f64 ? ((double *)in)[i] : ((float *)in)[i];
         CHECK(v == value(call, world_rank, i), "%s: the send buffer changed at %zu", what, i);
@@ -255,6 +258,60 @@ static int compressed_call(const char *what, int call, size_t count, int f64, in
         fprintf(stderr, "rank 0: %s: largest error %.3f of the bound\n", what, worst);
     free(in);
     free(out);
+    return 1;
+}
+
+/* ---- raw calls ----------------------------------------------------------------------------- */
+
+/*
+ * World rank @p rank's element @p i of call @p call for the raw ring: an integer, exact in
+ * any summation order of up to 64 ranks; as a double, one of up to 41 bits, which f32's 24
+ * bits cannot hold (a sum done in f32 differs).
+ */
+static double raw_value(int call, int rank, size_t i, int f64)
+{
+    double v = (double)int_value(call, rank, i); /* |v| <= 10^6 < 2^20 */
+    return f64 ? v * 1048576.0 + (double)(i % 7) : v;
+}
+
+/*
+ * An eligible sum of @p count floats (doubles when @p f64) from call @p call over
+ * MPI_COMM_WORLD under ZIPCCL_PRELOAD_RAW: equal to the exact sum of every rank's input and
+ * byte for byte to PMPI_Allreduce's. Returns 1 (the call counts as a zipccl call).
+ */
+static int raw_call(const char *what, int call, size_t count, int f64, int in_place,
+                    int nonblocking)
+{
+    size_t elem = f64 ? 8 : 4;
+    MPI_Datatype type = f64 ? MPI_DOUBLE : MPI_FLOAT;
+    char *in = xmalloc(count * elem), *out = xmalloc(count * elem), *want = xmalloc(count * elem);
+    for (size_t i = 0; i < count; i++) {
+        if (f64)
+            ((double *)in)[i] = raw_value(call, world_rank, i, 1);
+        else
+            ((float *)in)[i] = (float)raw_value(call, world_rank, i, 0);
+    }
+    int rc = PMPI_Allreduce(in, want, (int)count, type, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(rc == MPI_SUCCESS, "%s: PMPI_Allreduce returned %d", what, rc);
+    const void *src = in;
+    if (in_place) {
+        memcpy(out, in, count * elem);
+        src = MPI_IN_PLACE;
+    }
+    allreduce(what, src, out, count, type, MPI_SUM, MPI_COMM_WORLD, nonblocking);
+    for (size_t i = 0; i < count; i++) {
+        double exact = 0;
+        for (int r = 0; r < world_size; r++)
+            exact += raw_value(call, r, i, f64);
+        double got = f64 ? ((double *)out)[i] : ((float *)out)[i];
+        CHECK(got == exact, "%s: element %zu is %.17g, the exact sum %.17g", what, i, got, exact);
+    }
+    for (size_t i = 0; i < count * elem; i++)
+        CHECK(out[i] == want[i], "%s: byte %zu of %zu differs from PMPI_Allreduce's", what, i,
+              count * elem);
+    free(in);
+    free(out);
+    free(want);
     return 1;
 }
 
@@ -330,6 +387,36 @@ static void stats_expect(const char *suffix, int calls)
     free(name);
 }
 
+/*
+ * Exactly @p calls zipccl calls in the file, none compressed, all on one path: the raw ring
+ * without a codec. It sends at least the raw ring's bytes (plus its call headers).
+ */
+static void stats_expect_raw(const char *suffix, int calls)
+{
+    char *name = stats_name(suffix), path[128], text[16384];
+    stats_t s;
+    CHECK(name, "ZIPCCL_STATS_FILE is not set");
+    CHECK(stats_read(name, &s), "%s was not written", name);
+    CHECK(s.calls == (unsigned long long)calls, "%s: %llu calls, expected %d", name, s.calls,
+          calls);
+    CHECK(s.calls_compressed == 0, "%s: %llu of %llu calls compressed", name, s.calls_compressed,
+          s.calls);
+    CHECK(s.bytes_wire_raw > 0 && s.bytes_wire >= s.bytes_wire_raw,
+          "%s: %llu bytes sent, fewer than the raw ring's %llu", name, s.bytes_wire,
+          s.bytes_wire_raw);
+    FILE *f = fopen(name, "r");
+    CHECK(f, "%s cannot be read", name);
+    text[fread(text, 1, sizeof(text) - 1, f)] = '\0';
+    fclose(f);
+    snprintf(path, sizeof(path), "{\"algo\": \"raw\", \"codec\": \"none\", \"calls\": %d,", calls);
+    const char *paths = strstr(text, "\"paths\": [");
+    CHECK(paths && strstr(paths, path) && !strstr(strstr(paths, path) + 1, "{\"algo\""),
+          "%s: the calls did not all take the path %s", name, path);
+    fprintf(stderr, "rank %d: %s: %llu calls on the raw ring, %llu bytes sent for %llu raw\n",
+            world_rank, name, s.calls, s.bytes_wire, s.bytes_wire_raw);
+    free(name);
+}
+
 static void stats_expect_none(const char *suffix)
 {
     char *name = stats_name(suffix);
@@ -369,8 +456,9 @@ static int ineligible_calls(int call, MPI_Comm comm)
     same_as_pmpi("float sum below min bytes", call++, MPI_FLOAT, MPI_SUM, MIN_FLOATS - 1, 0, 0,
                  comm);
     same_as_pmpi("float sum of 1", call++, MPI_FLOAT, MPI_SUM, 1, 1, 0, comm);
-    same_as_pmpi("double sum below min bytes", call++, MPI_DOUBLE, MPI_SUM, MIN_FLOATS - 1, 1, 0,
-                 comm);
+    /* below ZIPCCL_MIN_BYTES whether a double counts 4 bytes (compressed) or 8 (raw) */
+    same_as_pmpi("double sum below min bytes", call++, MPI_DOUBLE, MPI_SUM, MIN_FLOATS / 2 - 1, 1,
+                 0, comm);
     same_as_pmpi("int iallreduce", call++, MPI_INT, MPI_SUM, BIG, 0, 1, comm);
     same_as_pmpi("float prod", call++, MPI_FLOAT, MPI_PROD, 5000, 0, 0, comm);
     return call;
@@ -394,6 +482,25 @@ static int case_unchanged(void)
     ineligible_calls(call, MPI_COMM_WORLD);
     MPI_Finalize();
     stats_expect_none("");
+    return 0;
+}
+
+static int case_raw(void)
+{
+    int calls = 0, call = 600;
+
+    calls += raw_call("float sum", call++, BIG, 0, 0, 0);
+    call = ineligible_calls(call, MPI_COMM_WORLD);
+    calls += raw_call("float sum in place", call++, BIG, 0, 1, 0);
+    calls += raw_call("float sum at min bytes", call++, MIN_FLOATS, 0, 1, 0);
+    calls += raw_call("float sum of 1M", call++, 1 << 20, 0, 0, 0);
+    calls += raw_call("double sum", call++, BIG, 1, 0, 0);
+    calls += raw_call("double sum in place at min bytes", call++, MIN_FLOATS / 2, 1, 1, 0);
+    calls += raw_call("float iallreduce", call++, BIG, 0, 0, 1);
+    calls += raw_call("double iallreduce in place", call++, BIG, 1, 1, 1);
+    MPI_Finalize();
+    stats_expect_raw("", calls);
+    stats_expect_none(".comm2");
     return 0;
 }
 
@@ -534,6 +641,7 @@ int main(int argc, char **argv)
     } cases[] = {{"passthrough", case_passthrough},
                  {"unchanged", case_unchanged},
                  {"compressed", case_compressed},
+                 {"raw", case_raw},
                  {"split", case_split},
                  {"error", case_error}};
 
@@ -548,6 +656,6 @@ int main(int argc, char **argv)
         MPI_Barrier(MPI_COMM_WORLD);
         return cases[c].fn();
     }
-    fprintf(stderr, "usage: test_preload_mpi passthrough|unchanged|compressed|split|error\n");
+    fprintf(stderr, "usage: test_preload_mpi passthrough|unchanged|compressed|raw|split|error\n");
     return 2;
 }
