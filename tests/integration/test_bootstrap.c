@@ -345,9 +345,14 @@ static int duplicate_rank(int rank, int size, void *arg)
         return FAILED_AS_EXPECTED;
     }
     CHECK(status == ZC_ERR_TIMEOUT, "create: %s", zc_status_string(status));
+    /*
+     * Rank 3 is missing; a rank whose own 3 s ran out a moment before rank 0's
+     * has closed its connection by then and is listed too ("ranks 2, 3 did
+     * not connect", seen once in a fresh-clone run): rank 3 last either way.
+     */
     if (rank == 0)
         CHECK(logged_has("rank 1 has already joined from 127.0.0.1:") &&
-                  logged_has("rank 3 did not connect to rank 0"),
+                  logged_has(" 3 did not connect to rank 0"),
               "rank 0 names neither the refused claim nor the missing rank: %s", logged);
     if (rank == 3)
         CHECK(logged_has("could not join") && logged_has("rank 1 has already joined"),
