@@ -56,14 +56,11 @@ static uint32_t max_abs_bits(const float *x, size_t n)
 
 /*
  * Signed: below 2^31 the order is the same, and SSE2 compares signed 32-bit
- * lanes. Built for the wide vector units too: it runs between AVX-512 code
- * (GradiVeQ's sgemm, the half kernels), where an SSE2 loop is slow.
+ * lanes. Cloned for the wide vector units: it runs between AVX-512 code
+ * (GradiVeQ's sgemm), where an SSE2 loop is slow.
  */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
-#endif
-static uint32_t
-max_abs_bits_block(const float *x)
+ZC_WIDE_CLONES
+static uint32_t max_abs_bits_block(const float *x)
 {
     int32_t m = 0;
     for (size_t i = 0; i < OOB_BLOCK; i++) {

@@ -193,16 +193,10 @@ static zc_status_t half_reduce_as(zc_half_format_t format, const uint8_t *a, siz
 /*
  * Largest magnitude bits of a block: a constant trip count, vectorized at -O2
  * (signed: below 0x8000 the order is the same, and SSE2 has a signed 16-bit max).
+ * As an SSE2 loop between AVX-512 encodes it held fp16 encode at 0.7x of its
+ * speed without the look (codec_bench, 64 MiB): hence the clones.
  */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-/*
- * Built for the wide vector units too: as an SSE2 loop between AVX-512 encodes
- * it held fp16 encode at 0.7x of its speed without the look (codec_bench, 64 MiB).
- */
-__attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
-#endif
-static uint16_t
-block_max_bits(const uint8_t *h)
+ZC_WIDE_CLONES static uint16_t block_max_bits(const uint8_t *h)
 {
     int16_t top = 0;
     for (size_t j = 0; j < HALF_CROSS_BLOCK; j++) {

@@ -150,17 +150,6 @@ static uint64_t chunk_rows(uint32_t k)
 typedef float gvq_vec_t __attribute__((vector_size(GVQ_LANES * sizeof(float))));
 
 /*
- * The same loop built for wider vectors, picked at load time: lanes change,
- * not the order of any value's sum, and without contraction (C11 mode:
- * -ffp-contract=off) no FMA is formed, so every clone gives the same bits.
- */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define GVQ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define GVQ_CLONES
-#endif
-
-/*
  * 16-value vector loads and stores of floats at any alignment (macros: a
  * function returning a vector would have another ABI in each clone).
  */
@@ -178,9 +167,9 @@ typedef float gvq_vec_t __attribute__((vector_size(GVQ_LANES * sizeof(float))));
  * sgemm: every rank decodes the same payload bytes.
  * @p ct: room for 2 (d + 1) coefficients.
  */
-GVQ_CLONES static void expand_rows(const uint8_t *coef, size_t rows, uint32_t k, uint32_t d,
-                                   float share, const float *restrict lifted_t, float alpha,
-                                   float *restrict ct, float *restrict dst)
+ZC_WIDE_CLONES static void expand_rows(const uint8_t *coef, size_t rows, uint32_t k, uint32_t d,
+                                       float share, const float *restrict lifted_t, float alpha,
+                                       float *restrict ct, float *restrict dst)
 {
     float *ct1 = ct + d + 1;
     for (size_t r = 0; r < rows; r += 2) {
