@@ -469,15 +469,19 @@ static void claim_refused_job_goes_on(const char *secret, uint32_t rank, uint32_
     rank_thread_t root, one, two;
     int port = bs_free_port();
     bs_log_start();
+    zc_log_set_level(ZC_LOG_DEBUG); /* "rank 1 joined from" below */
     rank_init(&root, 0, 3, NULL, port, exercise);
     root.secret = secret;
     rank_run(&root);
     rank_init(&one, 1, 3, "127.0.0.1", port, exercise);
     one.secret = secret;
     rank_run(&one);
-    if (rank == 1) /* a second rank 1: wait until rank 0 took the first */
+    if (rank == 1) { /* a second rank 1: wait until rank 0 took the first */
         for (int i = 0; i < 2500 && !bs_logged("bootstrap: rank 1 joined from"); i++)
             nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
+        cr_assert(bs_logged("bootstrap: rank 1 joined from"), "rank 1 did not join: %s",
+                  bs_log.text);
+    }
     int fd = raw_connect(port);
     raw_hello(fd, JOB, rank, size);
     zc_bs_frame_t f;
@@ -505,7 +509,6 @@ static void claim_refused_job_goes_on(const char *secret, uint32_t rank, uint32_
 
 Test(tcp, a_duplicate_claim_is_refused_and_the_job_goes_on)
 {
-    zc_log_set_level(ZC_LOG_DEBUG);
     claim_refused_job_goes_on(NULL, 1, 3, 1, "rank 1 has already joined");
     cr_assert(bs_logged("rank 1 has already joined from 127.0.0.1:"), "%s", bs_log.text);
 }
