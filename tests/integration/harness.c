@@ -56,8 +56,20 @@ typedef struct rank_state {
     outcome_t outcome;
     int code; /* exit status or signal */
     char step[STEP_MAX];
-    double at_s; /* when it ended, since the start */
+    double at_s;      /* when it ended, since the start */
+    int err_fd;       /* a memfd: the rank's stderr, forwarded to the harness's as it grows */
+    off_t err_passed; /* bytes of it forwarded so far */
 } rank_state_t;
+
+/*
+ * What UCX 1.13's tcp transport prints before it aborts a rank whose peer failed in the
+ * middle of a transfer (a completion invoked twice: docs/failures.md). Not zipccl's doing
+ * and not avoidable at an acceptable cost, so a run that failed only by it runs again once.
+ */
+static const char *const ucx_abort_marks[] = {"uct_iface.h:", "Assertion `comp->count > 0'"};
+
+/* Result of run() when every rank that misbehaved was aborted by UCX's assertion above. */
+#define RUN_UCX_ABORT (-2)
 
 static const char *const launcher_vars[] = {
     "ZIPCCL_RANK",
@@ -396,6 +408,43 @@ static int outcome_ok(const zc_harness_opts_t *o, int r, const rank_state_t *s, 
     return 0;
 }
 
+/* Copies what rank @p s wrote to its stderr since the last call to the harness's stderr. */
+static void err_forward(rank_state_t *s)
+{
+    char buf[8192];
+    ssize_t got;
+
+    if (s->err_fd < 0)
+        return;
+    while ((got = pread(s->err_fd, buf, sizeof(buf), s->err_passed)) > 0) {
+        s->err_passed += got;
+        for (ssize_t done = 0, w; done < got; done += w) {
+            w = write(2, buf + done, (size_t)(got - done));
+            if (w <= 0)
+                break;
+        }
+    }
+}
+
+/* Whether rank @p s's stderr holds every one of ucx_abort_marks. */
+static int err_has_ucx_abort(const rank_state_t *s)
+{
+    size_t len = (size_t)s->err_passed;
+    int found = 0;
+
+    if (s->err_fd < 0 || len == 0)
+        return 0;
+    char *text = malloc(len + 1);
+    if (text && pread(s->err_fd, text, len, 0) == (ssize_t)len) {
+        text[len] = '\0';
+        found = 1;
+        for (size_t i = 0; i < sizeof(ucx_abort_marks) / sizeof(ucx_abort_marks[0]); i++)
+            found = found && strstr(text, ucx_abort_marks[i]) != NULL;
+    }
+    free(text);
+    return found;
+}
+
 static void child_start(int rank, step_page_t *page, pid_t parent)
 {
     setpgid(0, 0);
@@ -447,11 +496,14 @@ static int run(const zc_harness_opts_t *o, zc_rank_main_fn fn, void *arg, char *
         }
     }
 
+    memset(st, 0, sizeof(st));
+    for (int r = 0; r < n; r++)
+        st[r].err_fd = memfd_create("zc_harness_stderr", MFD_CLOEXEC); /* -1: inherited */
+
     uint64_t start = zc_time_ns();
     uint64_t deadline = start + (uint64_t)(deadline_s * 1e9);
     pid_t parent = getpid();
     int running = 0;
-    memset(st, 0, sizeof(st));
     fflush(NULL); /* a child must not flush the parent's buffered output again */
     for (int r = 0; r < n; r++) {
         pid_t pid = fork();
@@ -462,6 +514,8 @@ static int run(const zc_harness_opts_t *o, zc_rank_main_fn fn, void *arg, char *
         }
         if (pid == 0) {
             child_start(r, page, parent);
+            if (st[r].err_fd >= 0)
+                dup2(st[r].err_fd, 2);
             environ = envs[r];
             if (argv) {
                 execvp(argv[0], argv);
@@ -487,6 +541,7 @@ static int run(const zc_harness_opts_t *o, zc_rank_main_fn fn, void *arg, char *
     while (running > 0) {
         for (int r = 0; r < n; r++) {
             int ws;
+            err_forward(&st[r]);
             if (st[r].pid <= 0 || st[r].outcome != RUNNING ||
                 waitpid(st[r].pid, &ws, WNOHANG) != st[r].pid)
                 continue;
@@ -543,16 +598,20 @@ static int run(const zc_harness_opts_t *o, zc_rank_main_fn fn, void *arg, char *
             kill(-st[r].pid, SIGKILL); /* whatever a rank left behind in its group */
     }
 
-    int bad = 0;
+    int bad = 0, ucx_aborts = 0;
     char lines[ZC_HARNESS_MAX_RANKS][400];
     for (int r = 0; r < n; r++) {
         char why[360];
+        err_forward(&st[r]);
         if (st[r].pid <= 0) {
             snprintf(lines[bad++], sizeof(lines[0]), "rank %d: never started", r);
             continue;
         }
-        if (!outcome_ok(o, r, &st[r], killed, why, sizeof(why)))
+        if (!outcome_ok(o, r, &st[r], killed, why, sizeof(why))) {
             snprintf(lines[bad++], sizeof(lines[0]), "rank %d: %s", r, why);
+            ucx_aborts +=
+                st[r].outcome == SIGNALED && st[r].code == SIGABRT && err_has_ucx_abort(&st[r]);
+        }
     }
     if (bad) {
         fprintf(stderr,
@@ -562,7 +621,11 @@ static int run(const zc_harness_opts_t *o, zc_rank_main_fn fn, void *arg, char *
         for (int i = 0; i < bad; i++)
             fprintf(stderr, "harness:   %s\n", lines[i]);
     }
-    result = bad ? -1 : 0;
+    result = !bad ? 0 : ucx_aborts == bad ? RUN_UCX_ABORT : -1;
+    for (int r = 0; r < n; r++) {
+        if (st[r].err_fd >= 0)
+            close(st[r].err_fd);
+    }
 
 out_free_env:
     for (int r = 0; r < n; r++)
@@ -574,13 +637,27 @@ out_close_shm:
     return result;
 }
 
+/* run(), once more when UCX's known assertion alone made the first run fail. */
+static int run_or_rerun(const zc_harness_opts_t *o, zc_rank_main_fn fn, void *arg,
+                        char *const argv[])
+{
+    int result = run(o, fn, arg, argv);
+    if (result == RUN_UCX_ABORT) {
+        fprintf(stderr, "harness: UCX 1.13's tcp assertion (uct_iface.h, comp->count > 0) "
+                        "aborted the ranks above, not zipccl (docs/failures.md): running "
+                        "the case again, once\n");
+        result = run(o, fn, arg, argv);
+    }
+    return result == 0 ? 0 : -1;
+}
+
 int zc_harness_run(const zc_harness_opts_t *opts, zc_rank_main_fn fn, void *arg)
 {
     if (!opts || !fn) {
         fprintf(stderr, "harness: zc_harness_run needs options and a rank function\n");
         return -1;
     }
-    return run(opts, fn, arg, NULL);
+    return run_or_rerun(opts, fn, arg, NULL);
 }
 
 int zc_harness_exec(const zc_harness_opts_t *opts, char *const argv[])
@@ -589,5 +666,5 @@ int zc_harness_exec(const zc_harness_opts_t *opts, char *const argv[])
         fprintf(stderr, "harness: zc_harness_exec needs options and a command\n");
         return -1;
     }
-    return run(opts, NULL, NULL, argv);
+    return run_or_rerun(opts, NULL, NULL, argv);
 }

@@ -21,6 +21,11 @@
  * others get 5 more seconds (less if the deadline comes first) to finish or fail
  * on their own, then they are killed: a broken test does not wait for its deadline.
  *
+ * A rank's stderr goes through a memfd that the harness copies to its own stderr
+ * as it grows. A run whose only failures are ranks aborted by UCX 1.13's tcp
+ * assertion (a completion invoked twice after a peer failed mid-transfer, which
+ * the rank's stderr shows) runs again, once, saying so (docs/failures.md).
+ *
  * Safe to call from a Criterion test (the children never return into Criterion)
  * or from a plain main(). Not thread safe: one run at a time per process.
  */

@@ -1,6 +1,7 @@
 /*
  * The multi-process harness itself: what it reports for each way a rank can end
  * (exit status, signal, deadline, another rank's failure), expected failures,
+ * the one rerun after UCX 1.13's tcp assertion,
  * kills at a step, the environment of each launcher style, exec'd ranks and the
  * process-group cleanup.
  *
@@ -15,6 +16,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +111,49 @@ static int case_signal(void)
     zc_harness_opts_t o = {.nranks = 2};
     CHECK(run_captured(&o, raise_term, NULL, NULL) == -1, "rank 1 raised SIGTERM");
     CHECK(strstr(report, "rank 1: killed by signal 15"), "report: %s", report);
+    return 0;
+}
+
+/*
+ * Rank 1 prints UCX 1.13's tcp assertion and aborts in the first *@p arg runs (a counter
+ * in memory shared with the harness's parent); @p arg NULL: it aborts without the text.
+ */
+static int ucx_abort(int rank, int size, void *arg)
+{
+    atomic_int *aborts_left = arg;
+    if (rank != 1)
+        return 0;
+    if (!aborts_left)
+        abort();
+    if (atomic_fetch_sub(aborts_left, 1) > 0) {
+        fprintf(stderr, "[vm:1:0:1]   uct_iface.h:884  Assertion `comp->count > 0' failed: "
+                        "comp=0x1 count=0 status=-80\n");
+        abort();
+    }
+    return 0;
+}
+
+static int case_ucx_abort(void)
+{
+    zc_harness_opts_t o = {.nranks = 2};
+    atomic_int *left =
+        mmap(NULL, sizeof(*left), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(left != MAP_FAILED, "mmap");
+
+    atomic_store(left, 1); /* once: the second run passes */
+    CHECK(run_captured(&o, ucx_abort, left, NULL) == 0, "ran again after UCX's abort");
+    CHECK(strstr(report, "rank 1: killed by signal 6") &&
+              strstr(report, "running the case again, once") &&
+              strstr(report, "Assertion `comp->count > 0' failed"),
+          "report: %s", report);
+
+    atomic_store(left, 2); /* twice: the case fails */
+    CHECK(run_captured(&o, ucx_abort, left, NULL) == -1, "UCX's abort twice is a failure");
+    CHECK(atomic_load(left) == 0, "ran %d times, not 2", 2 - atomic_load(left));
+
+    CHECK(run_captured(&o, ucx_abort, NULL, NULL) == -1, "an abort of another kind");
+    CHECK(!strstr(report, "running the case again"), "ran again: %s", report);
+    munmap(left, sizeof(*left));
     return 0;
 }
 
@@ -381,6 +426,7 @@ int main(int argc, char **argv)
         {"ok", case_ok},
         {"exit-status", case_exit_status},
         {"signal", case_signal},
+        {"ucx-abort", case_ucx_abort},
         {"timeout", case_timeout},
         {"expect-fail", case_expect_fail},
         {"kill-at-step", case_kill_at_step},
