@@ -551,6 +551,22 @@ static double gradiveq_wire_ratio(const zc_codec_params_t *p)
     return r ? ((r - 1) * dk + 1) / r : dk;
 }
 
+/*
+ * The body of a compressed call at the state's d over the raw f32 bytes,
+ * with one call in every refresh raw; headers left out, as wire_ratio does.
+ */
+static double gradiveq_learned_ratio(const zc_codec_state_t *state)
+{
+    const zc_gradiveq_state_t *g = state->priv;
+    const uint64_t count = state->count;
+
+    if (!g || g->version == 0 || count == 0)
+        return 0.0;
+    const double r = state->params.gradiveq.refresh;
+    const double c = (double)(count / g->slice * g->dim + count % g->slice) / (double)count;
+    return r ? ((r - 1) * c + 1) / r : c;
+}
+
 /* Covariance (double), eigenvectors (double), basis and lifted basis (float): K x K each. */
 static size_t gradiveq_state_bytes(const zc_codec_state_t *state)
 {
@@ -576,6 +592,7 @@ const zc_codec_ops_t zc_codec_gradiveq_ops = {
     .error_feedback = gradiveq_error_feedback,
     .granule = gradiveq_granule,
     .wire_ratio = gradiveq_wire_ratio,
+    .learned_ratio = gradiveq_learned_ratio,
     .nominal_encode_bw = 2e9,
     .nominal_decode_bw = 2e9,
     .nominal_reduce_bw = 10e9,
