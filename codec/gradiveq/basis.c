@@ -1,7 +1,9 @@
 /*
  * GradiVeQ: learning the per-tensor PCA basis from the aggregated gradient
  * (Yu et al., "GradiVeQ: Vector Quantization for Bandwidth-Efficient Gradient
- * Aggregation in Distributed CNN Training", NeurIPS 2018, §3).
+ * Aggregation in Distributed CNN Training", NeurIPS 2018, §3), as the paper
+ * trains it: from uncompressed (raw) aggregated sums only, a warm-up of raw
+ * calls first, then a raw call every refresh (zc_gradiveq_call_raw).
  *
  * Every rank calls state_update with the identical all-reduce result, so every
  * rank samples the same slices, builds the same covariance and the same basis:
@@ -90,8 +92,8 @@ static zc_status_t slice_scales(const float *sum, uint64_t slices, uint64_t samp
  * Adds the clipped finite sampled slices of one raw sum to the state's moments
  * (Chan, Golub and LeVeque's pairwise update: this call's mean and centred sum
  * of outer products, two passes in double, slices in index order, merged into
- * the accumulated ones), so that a basis learns from every raw call since the
- * last one was fitted. Returns the number of slices added.
+ * the accumulated ones), so that a basis learns from every raw call, the
+ * older ones at the weight a refresh left them. *@p added_p: the slices added.
  */
 static zc_status_t accumulate(zc_gradiveq_state_t *g, const float *sum, uint64_t slices,
                               uint64_t samples, uint64_t offset, uint64_t *added_p)
