@@ -105,7 +105,8 @@ static zc_codec_params_t setting_params(const setting_t *st)
         p.topk.density = st->topk_density;
     p.topk.values = st->topk_values;
     p.gradiveq.dim = st->gradiveq_dim;
-    p.gradiveq.ranks = 2; /* reduce sums a payload with itself: two contributions */
+    p.gradiveq.ranks = 2;  /* reduce sums a payload with itself: two contributions */
+    p.gradiveq_warmup = 1; /* one update learns the basis every timed encode uses */
     p.checksum = (uint32_t)st->checksum;
     return p;
 }

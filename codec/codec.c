@@ -294,6 +294,18 @@ double zc_codec_wire_ratio(const zc_codec_params_t *params)
     return ops && ops->wire_ratio ? ops->wire_ratio(params) : 1.0;
 }
 
+int zc_codec_learns_ratio(zc_codec_id_t codec)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(codec);
+    return ops && ops->learned_ratio;
+}
+
+double zc_codec_learned_ratio(const zc_codec_state_t *state)
+{
+    const zc_codec_ops_t *ops = state ? zc_codec_ops(state->params.codec) : NULL;
+    return ops && ops->learned_ratio ? ops->learned_ratio(state) : 0.0;
+}
+
 size_t zc_codec_state_bytes(const zc_codec_state_t *state)
 {
     const zc_codec_ops_t *ops = zc_codec_ops(state->params.codec);

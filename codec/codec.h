@@ -108,6 +108,14 @@ typedef struct zc_codec_ops {
      */
     double (*wire_ratio)(const zc_codec_params_t *params);
     /*
+     * Payload bytes per f32 input byte of @p state's calls in the long run,
+     * from what it learned of the tensor's own gradients (GradiVeQ: d per
+     * slice, the raw refresh calls included): the ratio ZIPCCL_ALGO and
+     * ZIPCCL_CODEC=auto credit the codec with for that tensor. 0: nothing
+     * learned yet. NULL: the codec learns nothing that sets its ratio.
+     */
+    double (*learned_ratio)(const zc_codec_state_t *state);
+    /*
      * Nominal encode, decode_add and reduce speeds in f32 input bytes per
      * second (reduce: payload bytes), of the order codec_bench shows on one
      * core of an AVX2 server: the cost model's inputs when nothing is
@@ -221,6 +229,10 @@ void zc_codec_params_set_ranks(zc_codec_params_t *params, uint32_t nranks);
 size_t zc_codec_granule(const zc_codec_params_t *params);
 /* See zc_codec_ops_t.wire_ratio. */
 double zc_codec_wire_ratio(const zc_codec_params_t *params);
+/* Whether @p codec's ratio is learned from a tensor's gradients (ops learned_ratio). */
+int zc_codec_learns_ratio(zc_codec_id_t codec);
+/* See zc_codec_ops_t.learned_ratio; 0 for NULL or a codec without one. */
+double zc_codec_learned_ratio(const zc_codec_state_t *state);
 /* Bytes @p state holds: the struct, the residual and the codec's own. */
 size_t zc_codec_state_bytes(const zc_codec_state_t *state);
 

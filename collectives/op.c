@@ -136,6 +136,18 @@ static zc_status_t op_prepare(zc_coll_op_t *op)
     zc_comm_t *comm = op->comm;
 
     op->rng.counter = (uint32_t)op->seq;
+    /*
+     * Decided again now that the op is next in line: with what the tensor's
+     * earlier calls measured (zc_policy_choose_learned), which every rank
+     * holds alike, as it ran the same calls.
+     */
+    if (!op->control) {
+        static const double none[ZC_CODEC_COUNT];
+        const double *learned = zc_state_learned_ratios(comm->store, op->key, op->count, op->dtype);
+        op->path = zc_policy_choose_learned(&comm->policy, op->count, op->dtype, op->op,
+                                            learned ? learned : none);
+        op->algo = algos[op->path.algo];
+    }
     if (op->path.algo != ZC_ALGO_RAW_RING && zc_codec_needs_state(&op->path.params)) {
         ZC_CHECK(zc_state_get(comm->store, op->key, op->count, op->dtype, &op->path.params,
                               &op->tstate));
@@ -733,8 +745,10 @@ static void op_finish(zc_coll_op_t *op, zc_status_t status)
         abort_quiet(comm);
     op->phase = PHASE_DONE;
     if (status == ZC_OK && !op->control) {
-        if (op->tstate)
+        if (op->tstate) {
             op->tstate->calls++;
+            zc_state_note_ratio(op->tstate, &op->path.params);
+        }
         size_t bytes = op->count * zc_dtype_bytes(op->dtype);
         uint64_t raw = comm->size > 1 ? 2 * (uint64_t)(comm->size - 1) * bytes / comm->size : 0;
         zc_stats_record(&comm->stats, op->path.algo, op->path.params.codec, bytes, raw, &op->stats,

@@ -87,8 +87,8 @@ zc_algo_id_t zc_algo_from_choice(int algo_choice)
  * The formulas are policy.h's; they add the stages up without crediting the
  * overlap of pipelining, so compression is modelled slightly pessimistically.
  */
-static double path_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec,
-                        double count, double elem)
+static double path_cost_r(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec,
+                          double count, double elem, const double *learned)
 {
     const zc_policy_inputs_t *in = &pol->in;
     const double n = pol->nranks, W = in->link_bw, L = in->link_lat;
@@ -99,7 +99,8 @@ static double path_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t
     if (algo == ZC_ALGO_RAW_RING)
         return 2.0 * (n - 1.0) * (L + count * elem / (n * W)) + (n - 1.0) * B / (n * in->add_bw);
 
-    const double r = in->ratio[codec], E = in->enc_bw[codec], D = in->dec_bw[codec];
+    const double r = learned && learned[codec] > 0 ? learned[codec] : in->ratio[codec];
+    const double E = in->enc_bw[codec], D = in->dec_bw[codec];
     const double P = r * B; /* payload bytes of the whole vector */
     switch (algo) {
     case ZC_ALGO_COMPRESSED_RING:
@@ -110,6 +111,12 @@ static double path_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t
         return B / E + (n - 1.0) * (L + P / (n * W)) + B / D + B / (n * E) +
                (n - 1.0) * (L + P / (n * W)) + B / D;
     }
+}
+
+static double path_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec,
+                        double count, double elem)
+{
+    return path_cost_r(pol, algo, codec, count, elem, NULL);
 }
 
 double zc_policy_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec, size_t bytes)
@@ -149,7 +156,7 @@ static zc_path_t make_path(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_i
  * cheaper, so ties resolve the same way on every rank.
  */
 static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, size_t ncodecs,
-                          int with_raw, double count, double elem)
+                          int with_raw, double count, double elem, const double *learned)
 {
     zc_algo_id_t best_algo = ZC_ALGO_RAW_RING;
     zc_codec_id_t best_codec = ZC_CODEC_NONE;
@@ -160,7 +167,7 @@ static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, s
             if (pol->algo_cfg != ZC_POLICY_ALGO_AUTO &&
                 a != (int)zc_algo_from_choice(pol->algo_cfg))
                 continue;
-            double c = path_cost(pol, (zc_algo_id_t)a, codecs[i], count, elem);
+            double c = path_cost_r(pol, (zc_algo_id_t)a, codecs[i], count, elem, learned);
             if (c < best) {
                 best = c;
                 best_algo = (zc_algo_id_t)a;
@@ -175,6 +182,12 @@ static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, s
 }
 
 zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t op)
+{
+    return zc_policy_choose_learned(pol, count, dtype, op, NULL);
+}
+
+zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtype_t dtype,
+                                   zc_redop_t op, const double *learned)
 {
     if (!eligible(pol, count, dtype, op))
         return make_path(pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE);
@@ -194,26 +207,46 @@ zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtyp
             }
             return make_path(pol, algo, codec);
         }
+        /*
+         * A codec that learns its ratio from the tensor (GradiVeQ) runs the
+         * compressed ring until it has: its warm-up calls are raw, and learn.
+         */
+        if (learned && zc_codec_learns_ratio(codec) && !(learned[codec] > 0) &&
+            zc_policy_supports(ZC_ALGO_COMPRESSED_RING, codec))
+            return make_path(pol, ZC_ALGO_COMPRESSED_RING, codec);
         /* one rank: the codec as configured all the same, so that its tests exercise it */
-        return cheapest(pol, &codec, 1, pol->nranks > 1, n, elem);
+        return cheapest(pol, &codec, 1, pol->nranks > 1, n, elem, learned);
     }
 
     if (pol->nranks < 2)
         return make_path(pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE);
     /*
-     * Auto considers the stateless codecs only: top-k and GradiVeQ keep
-     * per-tensor state and change what the optimiser sees (error feedback,
-     * a learned basis), which is the user's call (ZIPCCL_CODEC), not the
-     * cost model's.
+     * Auto considers the stateless codecs, and the codecs that learn their
+     * ratio from the tensor (GradiVeQ), by the ratio they learned: a tensor
+     * the caller follows (@p learned non-NULL) that has none yet runs such a
+     * codec first, its warm-up raw calls exact and learned from. Top-k keeps
+     * an error-feedback residual that changes what the optimiser sees: the
+     * user's call (ZIPCCL_CODEC), not the cost model's.
      */
-    static const zc_codec_id_t auto_codecs[] = {ZC_CODEC_BF16, ZC_CODEC_QSGD};
+    for (int c = 0; learned && c < ZC_CODEC_COUNT; c++) {
+        const zc_algo_id_t ring = ZC_ALGO_COMPRESSED_RING;
+        if (zc_codec_learns_ratio((zc_codec_id_t)c) && !(learned[c] > 0) &&
+            (pol->algo_cfg == ZC_POLICY_ALGO_AUTO || zc_algo_from_choice(pol->algo_cfg) == ring))
+            return make_path(pol, ring, (zc_codec_id_t)c);
+    }
+    zc_codec_id_t auto_codecs[2 + ZC_CODEC_COUNT] = {ZC_CODEC_BF16, ZC_CODEC_QSGD};
+    size_t ncodecs = 2;
+    /* and those that learned their ratio on this tensor's gradients, weighed by it */
+    for (int c = 0; learned && c < ZC_CODEC_COUNT; c++)
+        if (learned[c] > 0 && zc_codec_learns_ratio((zc_codec_id_t)c))
+            auto_codecs[ncodecs++] = (zc_codec_id_t)c;
     /*
      * On f16 and bf16 input the bf16 codec would send as many bytes as the
      * raw ring (and round f16's mantissa away): only qsgd can gain there.
      */
     if (elem == 2.0)
-        return cheapest(pol, auto_codecs + 1, 1, 1, n, elem);
-    return cheapest(pol, auto_codecs, ZC_ARRAY_SIZE(auto_codecs), 1, n, elem);
+        return cheapest(pol, auto_codecs + 1, ncodecs - 1, 1, n, elem, learned);
+    return cheapest(pol, auto_codecs, ncodecs, 1, n, elem, learned);
 }
 
 /* ---------------------------------------------------------------- configuration */
@@ -237,7 +270,7 @@ static void nominal_inputs(zc_policy_t *pol)
 unsigned zc_policy_codecs_in_play(const zc_policy_t *pol)
 {
     if (pol->codec_cfg == ZC_POLICY_CODEC_AUTO)
-        return 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD;
+        return 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD | 1u << ZC_CODEC_GRADIVEQ;
     return 1u << pol->codec_cfg;
 }
 

@@ -115,6 +115,19 @@ zc_status_t zc_policy_file_save(const zc_policy_t *pol, const char *path);
 /* The path of one call. Never fails: ineligible calls get ZC_ALGO_RAW_RING. */
 zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t op);
 
+/*
+ * zc_policy_choose for a tensor whose codecs that learn their ratio
+ * (zc_codec_learns_ratio: GradiVeQ) measured @p learned[codec] on its own
+ * gradients (zc_tensor_state_t.learned_ratio; NULL or 0: not measured).
+ * Identical on every rank, as the states are. A measured ratio replaces the
+ * codec's nominal one in the cost model; ZIPCCL_CODEC=auto then considers
+ * such a codec too. ZIPCCL_CODEC=gradiveq with ZIPCCL_ALGO=auto runs the
+ * compressed ring until the tensor has a ratio (its warm-up is raw calls
+ * learned from), then the cheapest path with it.
+ */
+zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtype_t dtype,
+                                   zc_redop_t op, const double *learned);
+
 /* Modelled seconds of @p path on @p bytes of f32 input (for the log, the tests and allreduce_perf).
  */
 double zc_policy_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec, size_t bytes);

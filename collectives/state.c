@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define BUCKETS 1024 /* a power of two */
 
@@ -112,10 +113,13 @@ zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc
 
     while (ts && ts->key != key)
         ts = ts->hash_next;
+    double learned[ZC_CODEC_COUNT] = {0};
     if (ts &&
         (ts->count != count || ts->dtype != dtype || !zc_codec_params_equal(&ts->params, params))) {
         ZC_DEBUG("state: tensor %016" PRIx64 " changed (count %zu -> %zu): state reset", key,
                  ts->count, count);
+        if (ts->count == count && ts->dtype == dtype) /* another codec: its measurements hold */
+            memcpy(learned, ts->learned_ratio, sizeof(learned));
         tensor_drop(store, ts);
         ts = NULL;
     }
@@ -127,6 +131,7 @@ zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc
         ts->count = count;
         ts->dtype = dtype;
         ts->params = *params;
+        memcpy(ts->learned_ratio, learned, sizeof(learned));
         size_t b = bucket_of(key);
         ts->hash_next = store->buckets[b];
         store->buckets[b] = ts;
@@ -137,6 +142,33 @@ zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc
     lru_push_front(store, ts);
     *ts_p = ts;
     return ZC_OK;
+}
+
+const double *zc_state_learned_ratios(const zc_state_store_t *store, uint64_t key, size_t count,
+                                      zc_dtype_t dtype)
+{
+    const zc_tensor_state_t *ts = store->buckets[bucket_of(key)];
+
+    while (ts && ts->key != key)
+        ts = ts->hash_next;
+    return ts && ts->count == count && ts->dtype == dtype ? ts->learned_ratio : NULL;
+}
+
+void zc_state_note_ratio(zc_tensor_state_t *ts, const zc_codec_params_t *params)
+{
+    double bytes = 0, values = 0;
+
+    if (!zc_codec_learns_ratio(params->codec))
+        return;
+    for (size_t i = 0; i < ts->nslots; i++) {
+        double r = zc_codec_learned_ratio(ts->slots[i]);
+        if (!(r > 0))
+            return; /* a part that learned nothing yet: no ratio for the tensor */
+        bytes += r * (double)ts->slot_counts[i];
+        values += (double)ts->slot_counts[i];
+    }
+    if (values > 0)
+        ts->learned_ratio[params->codec] = bytes / values;
 }
 
 /* Whether @p key's dropped residual was warned about; remembers it if not. */

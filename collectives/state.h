@@ -29,6 +29,13 @@ typedef struct zc_tensor_state {
     zc_codec_params_t params;
     uint32_t calls; /* calls completed with this state: the rng counter */
     size_t bytes;   /* what the store charges for it (the parts' states) */
+    /*
+     * Per codec that learns its ratio (zc_codec_learns_ratio): payload over
+     * raw bytes of this tensor's calls, from its states after its last call
+     * with that codec (identical on every rank); 0: never measured. Kept when
+     * the state is reset for other codec parameters.
+     */
+    double learned_ratio[ZC_CODEC_COUNT];
 
     /* store's */
     size_t nslots;
@@ -47,6 +54,19 @@ void zc_state_store_destroy(zc_state_store_t *store);
  */
 zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc_dtype_t dtype,
                          const zc_codec_params_t *params, zc_tensor_state_t **ts_p);
+
+/*
+ * The learned ratios (zc_tensor_state_t.learned_ratio) of tensor @p key if the
+ * store holds it with @p count values of @p dtype; NULL if not. Changes nothing.
+ */
+const double *zc_state_learned_ratios(const zc_state_store_t *store, uint64_t key, size_t count,
+                                      zc_dtype_t dtype);
+
+/*
+ * Records in @p ts the ratio its slots' states learned (their learned ratios
+ * weighted by their counts) for the codec of @p params, if it learns one.
+ */
+void zc_state_note_ratio(zc_tensor_state_t *ts, const zc_codec_params_t *params);
 
 /*
  * The codec state in @p slot of @p ts for a part of @p count values encoded

@@ -102,7 +102,9 @@ static zc_comm_t *comm_create(const method_t *m, const char *algo)
         "ZIPCCL_CODEC", m->codec, "ZIPCCL_ALGO", algo, "ZIPCCL_QSGD_BITS", m->bits,
         /* the environment's level count would override the method's bits */
         "ZIPCCL_QSGD_LEVELS", "auto", "ZIPCCL_TOPK_DENSITY", m->density, "ZIPCCL_GRADIVEQ_SLICE",
-        m->gv_slice, "ZIPCCL_GRADIVEQ_DIM", m->gv_dim, NULL};
+        m->gv_slice, "ZIPCCL_GRADIVEQ_DIM", m->gv_dim,
+        /* the check call is raw and learned from; then every 20th call raw (the default) */
+        "ZIPCCL_GRADIVEQ_WARMUP", "1", NULL};
     return bench_mpi_comm("cluster_rank", settings);
 }
 

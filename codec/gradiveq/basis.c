@@ -1,7 +1,9 @@
 /*
  * GradiVeQ: learning the per-tensor PCA basis from the aggregated gradient
  * (Yu et al., "GradiVeQ: Vector Quantization for Bandwidth-Efficient Gradient
- * Aggregation in Distributed CNN Training", NeurIPS 2018, §3).
+ * Aggregation in Distributed CNN Training", NeurIPS 2018, §3), as the paper
+ * trains it: from uncompressed (raw) aggregated sums only, a warm-up of raw
+ * calls first, then a raw call every refresh (zc_gradiveq_call_raw).
  *
  * Every rank calls state_update with the identical all-reduce result, so every
  * rank samples the same slices, builds the same covariance and the same basis:
@@ -40,54 +42,122 @@ static int slice_finite(const float *x, uint32_t k)
     return 1;
 }
 
-/*
- * Sample mean and covariance (divided by the sample count, so the eigenvalues
- * are the mean squared coordinates of the centred samples along each
- * direction) of the finite sampled slices, in double, slices in index order.
- * @p cov gets the full K x K matrix. Returns the number of finite samples.
- */
-static uint64_t sample_moments(const float *sum, uint64_t slices, uint64_t samples, uint64_t offset,
-                               uint32_t k, double *mean, double *cov, double *y)
+static int cmp_double(const void *a, const void *b)
 {
-    uint64_t used = 0;
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
 
-    memset(mean, 0, k * sizeof(*mean));
-    memset(cov, 0, (size_t)k * k * sizeof(*cov));
+/*
+ * The scale of each sampled slice for learning: 1, or ZC_GRADIVEQ_CLIP times
+ * the median norm of the sampled finite slices that are not all zero over the
+ * slice's norm when it is above that; -1 for a non-finite slice (skipped).
+ * The norms are summed in double in index order and the median found by a
+ * sort: the same on every rank.
+ */
+static zc_status_t slice_scales(const float *sum, uint64_t slices, uint64_t samples,
+                                uint64_t offset, uint32_t k, double *scale)
+{
+    double *sorted = malloc((size_t)samples * sizeof(*sorted));
+    size_t nonzero = 0;
+
+    if (!sorted)
+        return ZC_ERR_NO_MEMORY;
     for (uint64_t j = 0; j < samples; j++) {
         const float *x = sum + (j * slices + offset) / samples * k;
-        if (!slice_finite(x, k))
+        if (!slice_finite(x, k)) {
+            scale[j] = -1;
+            continue;
+        }
+        double n2 = 0;
+        for (uint32_t i = 0; i < k; i++)
+            n2 += (double)x[i] * x[i];
+        scale[j] = sqrt(n2); /* the norm, for now */
+        if (scale[j] > 0)
+            sorted[nonzero++] = scale[j];
+    }
+    double bound = INFINITY;
+    if (nonzero > 0) {
+        qsort(sorted, nonzero, sizeof(*sorted), cmp_double);
+        bound = ZC_GRADIVEQ_CLIP * sorted[(nonzero - 1) / 2];
+    }
+    for (uint64_t j = 0; j < samples; j++)
+        if (scale[j] >= 0)
+            scale[j] = scale[j] > bound ? bound / scale[j] : 1.0;
+    free(sorted);
+    return ZC_OK;
+}
+
+/*
+ * Adds the clipped finite sampled slices of one raw sum to the state's moments
+ * (Chan, Golub and LeVeque's pairwise update: this call's mean and centred sum
+ * of outer products, two passes in double, slices in index order, merged into
+ * the accumulated ones), so that a basis learns from every raw call, the
+ * older ones at the weight a refresh left them. *@p added_p: the slices added.
+ */
+static zc_status_t accumulate(zc_gradiveq_state_t *g, const float *sum, uint64_t slices,
+                              uint64_t samples, uint64_t offset, uint64_t *added_p)
+{
+    const uint32_t k = g->slice;
+    uint64_t used = 0;
+    double *scale = malloc((size_t)samples * sizeof(*scale));
+    double *mean = calloc((size_t)k, sizeof(*mean)), *y = malloc((size_t)k * sizeof(*y));
+    double *m2 = calloc((size_t)k * k, sizeof(*m2));
+    zc_status_t status = ZC_OK;
+
+    if (!scale || !mean || !y || !m2) {
+        status = ZC_ERR_NO_MEMORY;
+        goto out;
+    }
+    ZC_CHECK_GOTO(slice_scales(sum, slices, samples, offset, k, scale), status, out);
+    for (uint64_t j = 0; j < samples; j++) {
+        const float *x = sum + (j * slices + offset) / samples * k;
+        if (scale[j] < 0)
             continue;
         for (uint32_t i = 0; i < k; i++)
-            mean[i] += x[i];
+            mean[i] += scale[j] * x[i];
         used++;
     }
     if (used == 0)
-        return 0;
+        goto out;
     for (uint32_t i = 0; i < k; i++)
         mean[i] /= (double)used;
-
     for (uint64_t j = 0; j < samples; j++) {
         const float *x = sum + (j * slices + offset) / samples * k;
-        if (!slice_finite(x, k))
+        if (scale[j] < 0)
             continue;
         for (uint32_t i = 0; i < k; i++)
-            y[i] = x[i] - mean[i];
+            y[i] = scale[j] * x[i] - mean[i];
         /* upper triangle, one rank-1 update per sample: each entry sums in sample order */
         for (uint32_t a = 0; a < k; a++) {
-            double *row = cov + (size_t)a * k;
+            double *row = m2 + (size_t)a * k;
             const double ya = y[a];
             for (uint32_t b = a; b < k; b++)
                 row[b] += ya * y[b];
         }
     }
+
+    /* merge: weights na (accumulated) and nb (this call) */
+    const double na = g->acc_weight, nb = (double)used, nt = na + nb;
+    for (uint32_t i = 0; i < k; i++)
+        y[i] = mean[i] - g->acc_mean[i]; /* delta */
     for (uint32_t a = 0; a < k; a++) {
-        for (uint32_t b = a; b < k; b++) {
-            double c = cov[(size_t)a * k + b] / (double)used;
-            cov[(size_t)a * k + b] = c;
-            cov[(size_t)b * k + a] = c;
-        }
+        double *row = g->acc_m2 + (size_t)a * k;
+        const double *add = m2 + (size_t)a * k;
+        for (uint32_t b = a; b < k; b++)
+            row[b] += add[b] + y[a] * y[b] * (na * nb / nt);
     }
-    return used;
+    for (uint32_t i = 0; i < k; i++)
+        g->acc_mean[i] += y[i] * (nb / nt);
+    g->acc_weight = nt;
+
+out:
+    *added_p = used;
+    free(scale);
+    free(mean);
+    free(y);
+    free(m2);
+    return status;
 }
 
 /*
@@ -167,30 +237,29 @@ static uint32_t basis_tag(uint32_t k, uint32_t d, const float *basis, const floa
     return h ? h : 1; /* 0 is the tag of version 0 */
 }
 
-/* Recomputes the basis from @p sum; leaves the state as it was on any error. */
-static zc_status_t recompute(zc_gradiveq_state_t *g, const zc_codec_params_t *p, const float *sum,
-                             uint64_t count)
+/* Fits a basis to the accumulated moments; leaves the state as it was on any error. */
+static zc_status_t fit(zc_gradiveq_state_t *g, const zc_codec_params_t *p)
 {
     const uint32_t k = g->slice;
-    const uint64_t slices = count / k;
-    const uint64_t samples = ZC_MIN(slices, (uint64_t)p->gradiveq.samples);
-    const uint64_t offset = zc_gradiveq_sample_offset(g->updates, slices);
     zc_status_t status = ZC_OK;
 
-    double *mean = malloc(2 * (size_t)k * sizeof(double));
     double *w = malloc((size_t)k * sizeof(double));
     double *cov = malloc((size_t)k * k * sizeof(double));
     double *z = malloc((size_t)k * k * sizeof(double));
     double *eigenvalues = malloc((size_t)k * sizeof(double));
     float *basis = NULL, *fmean = malloc((size_t)k * sizeof(float)), *off = NULL, *lifted = NULL;
-    if (!mean || !w || !cov || !z || !eigenvalues || !fmean) {
+    if (!w || !cov || !z || !eigenvalues || !fmean) {
         status = ZC_ERR_NO_MEMORY;
         goto out;
     }
-
-    uint64_t used = sample_moments(sum, slices, samples, offset, k, mean, cov, mean + k);
-    if (used == 0)
-        goto out; /* every sampled slice non-finite: keep the basis, try again next update */
+    /* the covariance: divided by the weight, so eigenvalues are mean squares along directions */
+    for (uint32_t a = 0; a < k; a++) {
+        for (uint32_t b = a; b < k; b++) {
+            double c = g->acc_m2[(size_t)a * k + b] / g->acc_weight;
+            cov[(size_t)a * k + b] = c;
+            cov[(size_t)b * k + a] = c;
+        }
+    }
     ZC_CHECK_GOTO(eigen(k, cov, w, z), status, out);
 
     for (uint32_t i = 0; i < k; i++)
@@ -217,7 +286,7 @@ static zc_status_t recompute(zc_gradiveq_state_t *g, const zc_codec_params_t *p,
             basis[(size_t)i * d + j] = (float)(sign * v[i]);
     }
     for (uint32_t i = 0; i < k; i++) {
-        fmean[i] = (float)mean[i];
+        fmean[i] = (float)g->acc_mean[i];
         memcpy(lifted + (size_t)i * (d + 1), basis + (size_t)i * d, (size_t)d * sizeof(float));
         lifted[(size_t)i * (d + 1) + d] = fmean[i];
     }
@@ -242,13 +311,11 @@ static zc_status_t recompute(zc_gradiveq_state_t *g, const zc_codec_params_t *p,
     basis = fmean = off = lifted = NULL;
     eigenvalues = NULL;
     g->dim = d;
-    g->samples_used = used;
+    g->samples_used = (uint64_t)(g->acc_weight + 0.5);
     g->tag = basis_tag(k, d, g->basis, g->mean);
     g->version = g->version == UINT32_MAX ? 1 : g->version + 1;
-    g->since = 0;
 
 out:
-    free(mean);
     free(w);
     free(cov);
     free(z);
@@ -260,6 +327,27 @@ out:
     return status;
 }
 
+static uint64_t warmup_of(const zc_codec_params_t *p)
+{
+    return p->gradiveq_warmup ? p->gradiveq_warmup : 1;
+}
+
+int zc_gradiveq_call_raw(const zc_codec_state_t *state)
+{
+    const zc_gradiveq_state_t *g = state->priv;
+    const zc_codec_params_t *p = &state->params;
+    const uint64_t w = warmup_of(p), r = p->gradiveq.refresh, t = g->updates;
+
+    return g->version == 0 || t < w || (r != 0 && (t - w + 1) % r == 0);
+}
+
+/*
+ * Learns from raw calls only: their sums are the exact aggregated gradients,
+ * where a compressed call's decoded sum lies in the old basis (learning from
+ * it could only shrink the basis, never turn it). The warm-up's calls add up;
+ * the basis is fitted at its end and at every refresh, which first halves the
+ * weight of what came before it, so that the basis follows the gradient.
+ */
 zc_status_t zc_gradiveq_learn(zc_codec_state_t *state, const float *sum, uint64_t count)
 {
     zc_gradiveq_state_t *g = state->priv;
@@ -267,13 +355,32 @@ zc_status_t zc_gradiveq_learn(zc_codec_state_t *state, const float *sum, uint64_
 
     if (!g || count > ZC_GRADIVEQ_MAX_COUNT)
         return ZC_ERR_INVALID_ARG;
+    const uint64_t call = g->updates;
+    const int raw = zc_gradiveq_call_raw(state);
     g->updates++;
-    g->since++;
-    if (count / g->slice == 0)
-        return ZC_OK; /* no whole slice: everything travels raw, there is nothing to learn */
-    if (g->version != 0 && (p->gradiveq.refresh == 0 || g->since < p->gradiveq.refresh))
-        return ZC_OK;
-    return recompute(g, p, sum, count);
+    const uint64_t slices = count / g->slice;
+    if (slices == 0 || !raw)
+        return ZC_OK; /* no whole slice (all raw), or a compressed call: nothing to learn */
+
+    const uint32_t k = g->slice;
+    if (!g->acc_m2) {
+        g->acc_mean = calloc(k, sizeof(double));
+        g->acc_m2 = calloc((size_t)k * k, sizeof(double));
+        if (!g->acc_mean || !g->acc_m2)
+            return ZC_ERR_NO_MEMORY;
+    }
+    if (g->version != 0) {
+        g->acc_weight *= 0.5; /* a refresh: the last fit's slices count half */
+        for (size_t i = 0; i < (size_t)k * k; i++)
+            g->acc_m2[i] *= 0.5;
+    }
+    const uint64_t samples = ZC_MIN(slices, (uint64_t)p->gradiveq.samples);
+    uint64_t added;
+    ZC_CHECK(
+        accumulate(g, sum, slices, samples, zc_gradiveq_sample_offset(g->updates, slices), &added));
+    if (call + 1 < warmup_of(p) || g->acc_weight == 0)
+        return ZC_OK; /* still warming up, or nothing finite yet: the next call is raw too */
+    return fit(g, p);
 }
 
 zc_status_t zc_gradiveq_view(const zc_codec_state_t *state, zc_gradiveq_view_t *view_p)

@@ -4,11 +4,12 @@
  * coefficients c = U^T (g - mu / N) (paper eq. 1/4); payloads add without
  * decoding, and a sum of m payloads decodes to U c + mu * m / N, which is the
  * paper's U U^T (g - mu) + mu once all N ranks are in. The basis U and mean mu
- * are learned from the aggregated sum (basis.c). Body layout (docs/codecs.md):
+ * are learned from the sums of raw calls: the warm-up's, then every refresh-th
+ * call's (basis.c). Body layout (docs/codecs.md):
  *
  *   u32 slice K | u32 dim d | u32 basis version | u32 basis tag | u32 contributions m
  *   | u32 ranks N
- *   version 0 (no basis yet): count f32 values, raw
+ *   version 0 (a raw call):   count f32 values, raw
  *   version >= 1:             (count / K) x d f32 coefficients, row-major,
  *                             then the count % K tail values as raw f32
  */
@@ -45,7 +46,15 @@ static zc_status_t gradiveq_check(const zc_codec_params_t *p)
     if (k < ZC_GRADIVEQ_MIN_SLICE || k > ZC_GRADIVEQ_MAX_SLICE || p->gradiveq.dim > k ||
         !(p->gradiveq.energy > 0 && p->gradiveq.energy <= 1) || p->gradiveq.ranks < 1 ||
         p->gradiveq.samples < 1 || p->gradiveq.samples > ZC_GRADIVEQ_MAX_SAMPLES ||
+        p->gradiveq_warmup < 1 || p->gradiveq_warmup > ZC_GRADIVEQ_MAX_WARMUP ||
         (p->gradiveq.error_feedback != 0 && p->gradiveq.error_feedback != 1))
+        return ZC_ERR_INVALID_CONFIG;
+    /*
+     * Error feedback on a fixed projection is not contractive: what lies off
+     * the basis is never sent and the residual grows without bound (|r| / |g|
+     * 10 after 200 calls of a drifting signal). A raw refresh sends it all.
+     */
+    if (p->gradiveq.error_feedback && p->gradiveq.refresh == 0)
         return ZC_ERR_INVALID_CONFIG;
     return ZC_OK;
 }
@@ -87,9 +96,11 @@ static void header_store(uint8_t *dst, const body_header_t *h)
  * ZC_ERR_MISMATCH when it is well formed but made for another basis, slice,
  * rank count, or sums more contributions than there are ranks.
  */
-static zc_status_t header_parse(const zc_gradiveq_state_t *g, const uint8_t *body, size_t len,
+static zc_status_t header_parse(const zc_codec_state_t *state, const uint8_t *body, size_t len,
                                 uint64_t count, body_header_t *h_p)
 {
+    const zc_gradiveq_state_t *g = state->priv;
+    const int raw = zc_gradiveq_call_raw(state);
     body_header_t h;
 
     if (len < BODY_HDR || count > ZC_GRADIVEQ_MAX_COUNT)
@@ -104,8 +115,8 @@ static zc_status_t header_parse(const zc_gradiveq_state_t *g, const uint8_t *bod
         (h.version == 0) != (h.dim == 0) || (h.version == 0) != (h.tag == 0) ||
         h.contributions == 0 || h.ranks == 0)
         return ZC_ERR_CORRUPT;
-    if (h.slice != g->slice || h.ranks != g->ranks || h.version != g->version || h.dim != g->dim ||
-        h.tag != g->tag || h.contributions > h.ranks)
+    if (h.slice != g->slice || h.ranks != g->ranks || h.version != (raw ? 0 : g->version) ||
+        h.dim != (raw ? 0 : g->dim) || h.tag != (raw ? 0 : g->tag) || h.contributions > h.ranks)
         return ZC_ERR_MISMATCH;
     if (len - BODY_HDR != body_values(&h, count) * 4)
         return ZC_ERR_CORRUPT;
@@ -295,11 +306,12 @@ static zc_status_t encode_slices(zc_codec_state_t *state, zc_dtype_t dtype, cons
         return ZC_ERR_INVALID_ARG;
     if (count > ZC_GRADIVEQ_MAX_COUNT)
         return ZC_ERR_INVALID_ARG; /* a payload no decoder would accept */
+    const int raw = zc_gradiveq_call_raw(state);
     const body_header_t h = {
         .slice = g->slice,
-        .dim = g->dim,
-        .version = g->version,
-        .tag = g->tag,
+        .dim = raw ? 0 : g->dim,
+        .version = raw ? 0 : g->version,
+        .tag = raw ? 0 : g->tag,
         .contributions = 1,
         .ranks = g->ranks,
     };
@@ -307,7 +319,7 @@ static zc_status_t encode_slices(zc_codec_state_t *state, zc_dtype_t dtype, cons
     if (cap < len)
         return ZC_ERR_BUFFER_TOO_SMALL;
     header_store(dst, &h);
-    if (g->version == 0) {
+    if (raw) {
         const size_t esize = zc_dtype_size(dtype);
         float t[ZC_GRADIVEQ_MAX_SLICE];
         for (uint64_t i = 0; i < count; i += ZC_GRADIVEQ_MAX_SLICE) {
@@ -358,7 +370,7 @@ static zc_status_t gradiveq_decode_add(zc_codec_state_t *state, const uint8_t *b
 
     if (!g)
         return ZC_ERR_INVALID_ARG;
-    ZC_CHECK(header_parse(g, body, len, count, &h));
+    ZC_CHECK(header_parse(state, body, len, count, &h));
     const uint8_t *coef = body + BODY_HDR;
     if (h.version == 0) {
         add_raw(coef, (size_t)count, alpha, dst);
@@ -397,8 +409,8 @@ static zc_status_t gradiveq_reduce(zc_codec_state_t *state, const uint8_t *a, si
 
     if (!g)
         return ZC_ERR_INVALID_ARG;
-    ZC_CHECK(header_parse(g, a, alen, count, &ha));
-    ZC_CHECK(header_parse(g, b, blen, count, &hb));
+    ZC_CHECK(header_parse(state, a, alen, count, &ha));
+    ZC_CHECK(header_parse(state, b, blen, count, &hb));
     /* both match the state, so they match each other; only the sum of m is left */
     if ((uint64_t)ha.contributions + hb.contributions > ha.ranks)
         return ZC_ERR_MISMATCH;
@@ -472,21 +484,27 @@ static void gradiveq_state_fini(zc_codec_state_t *state)
     free(g->offset);
     free(g->lifted_basis);
     free(g->eigenvalues);
+    free(g->acc_mean);
+    free(g->acc_m2);
     free(g->scratch);
     free(g);
     state->priv = NULL;
 }
 
-/* K = 64, d from 99% of the variance, 1 rank, 1024 samples, learned once. */
+/*
+ * K = 64, d from 99% of the variance, 1 rank, up to 16384 slices of each raw
+ * sum, 10 raw warm-up calls, then every 20th call raw (docs/codecs.md).
+ */
 static void gradiveq_params_default(zc_codec_params_t *p)
 {
     p->gradiveq.slice = 64;
     p->gradiveq.dim = 0;
     p->gradiveq.energy = 0.99;
     p->gradiveq.ranks = 1;
-    p->gradiveq.samples = 1024;
-    p->gradiveq.refresh = 0;
+    p->gradiveq.samples = 16384;
+    p->gradiveq.refresh = 20;
     p->gradiveq.error_feedback = 0;
+    p->gradiveq_warmup = 10;
 }
 
 /* The rank count is the caller's (gradiveq_set_ranks): no variable sets it. */
@@ -498,6 +516,7 @@ static void gradiveq_params_from_config(const zc_config_t *cfg, zc_codec_params_
     p->gradiveq.samples = (uint32_t)cfg->gradiveq_samples;
     p->gradiveq.refresh = (uint32_t)cfg->gradiveq_refresh;
     p->gradiveq.error_feedback = (int)cfg->gradiveq_ef;
+    p->gradiveq_warmup = (uint32_t)cfg->gradiveq_warmup;
 }
 
 /* Every payload carries 1/N of the mean: N is the number of payloads summed. */
@@ -510,7 +529,7 @@ static const zc_codec_field_t gradiveq_fields[] = {
     ZC_CODEC_FIELD(gradiveq.slice, INT, 1),          ZC_CODEC_FIELD(gradiveq.dim, INT, 1),
     ZC_CODEC_FIELD(gradiveq.energy, F64, 1),         ZC_CODEC_FIELD(gradiveq.ranks, INT, 1),
     ZC_CODEC_FIELD(gradiveq.samples, INT, 1),        ZC_CODEC_FIELD(gradiveq.refresh, INT, 1),
-    ZC_CODEC_FIELD(gradiveq.error_feedback, INT, 1),
+    ZC_CODEC_FIELD(gradiveq.error_feedback, INT, 1), ZC_CODEC_FIELD(gradiveq_warmup, INT, 1),
 };
 
 /* A slice split between two payloads goes raw in both. */
@@ -521,11 +540,31 @@ static size_t gradiveq_granule(const zc_codec_params_t *p)
 
 /*
  * d / K needs d, which with dim 0 (ZIPCCL_GRADIVEQ_DIM=auto) is learned from
- * the gradients themselves: no compression is credited then.
+ * the gradients themselves: no compression is credited then. One call in
+ * every refresh is raw; the warm-up is left out (it ends).
  */
 static double gradiveq_wire_ratio(const zc_codec_params_t *p)
 {
-    return p->gradiveq.dim ? (double)p->gradiveq.dim / p->gradiveq.slice : 1.0;
+    if (!p->gradiveq.dim)
+        return 1.0;
+    const double r = p->gradiveq.refresh, dk = (double)p->gradiveq.dim / p->gradiveq.slice;
+    return r ? ((r - 1) * dk + 1) / r : dk;
+}
+
+/*
+ * The body of a compressed call at the state's d over the raw f32 bytes,
+ * with one call in every refresh raw; headers left out, as wire_ratio does.
+ */
+static double gradiveq_learned_ratio(const zc_codec_state_t *state)
+{
+    const zc_gradiveq_state_t *g = state->priv;
+    const uint64_t count = state->count;
+
+    if (!g || g->version == 0 || count == 0)
+        return 0.0;
+    const double r = state->params.gradiveq.refresh;
+    const double c = (double)(count / g->slice * g->dim + count % g->slice) / (double)count;
+    return r ? ((r - 1) * c + 1) / r : c;
 }
 
 /* Covariance (double), eigenvectors (double), basis and lifted basis (float): K x K each. */
@@ -553,6 +592,7 @@ const zc_codec_ops_t zc_codec_gradiveq_ops = {
     .error_feedback = gradiveq_error_feedback,
     .granule = gradiveq_granule,
     .wire_ratio = gradiveq_wire_ratio,
+    .learned_ratio = gradiveq_learned_ratio,
     .nominal_encode_bw = 2e9,
     .nominal_decode_bw = 2e9,
     .nominal_reduce_bw = 10e9,

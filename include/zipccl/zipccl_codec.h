@@ -119,9 +119,10 @@ typedef struct zc_codec_params {
         uint32_t dim;       /**< d, 1..K: coefficients per slice; 0 = from energy */
         double energy;      /**< with dim 0: smallest d keeping this fraction of variance */
         uint32_t ranks;     /**< N, the number of payloads summed before decoding */
-        uint32_t samples;   /**< slices sampled from the sum for each basis */
-        uint32_t refresh;   /**< updates between basis recomputations; 0 = learn once */
-        int error_feedback; /**< keep the projection residual in the state */
+        uint32_t samples;   /**< slices sampled from each raw sum a basis learns from */
+        uint32_t refresh;   /**< every refresh-th call after the warm-up is raw and relearns
+                                 the basis; 0 = learn once */
+        int error_feedback; /**< keep the projection residual in the state (needs refresh) */
     } gradiveq;
     /**
      * 1: every payload ends with a CRC-32C of the rest (ZIPCCL_CHECKSUM), so
@@ -129,6 +130,12 @@ typedef struct zc_codec_params {
      * than changing a value. Any codec; 4 bytes per payload.
      */
     uint32_t checksum;
+    /**
+     * GradiVeQ, 1..2^20: the first gradiveq_warmup calls of a state travel raw
+     * and the first basis is learned from all their sums (after checksum: a
+     * field added later goes at the end).
+     */
+    uint32_t gradiveq_warmup;
 } zc_codec_params_t;
 
 /**
@@ -179,7 +186,8 @@ zc_status_t zc_codec_params_default_sized(zc_codec_id_t codec, zc_codec_params_t
  * Fills @p params_p with @p codec's defaults, struct_size with
  * sizeof(zc_codec_params_t): QSGD 4 bits, bucket 512, max scale, fixed coding,
  * no error feedback; top-k density 0.01 with f32 values; GradiVeQ K = 64, d
- * from 99% energy, 1 rank, 1024 samples, learned once. Every codec's fields
+ * from 99% energy, 1 rank, 16384 samples, 10 raw warm-up calls, a raw refresh
+ * every 20th call. Every codec's fields
  * get their defaults, so params whose codec is changed afterwards stay valid.
  * Inline, so that the size is the caller's, never the library's.
  */

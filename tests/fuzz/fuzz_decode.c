@@ -7,8 +7,8 @@
  * 16-byte header for FUZZ_CODEC and that count in front of the body (the
  * header's own checks are covered by the unit tests), so every input reaches
  * the codec's body parser. Codecs that need a state get one made from the
- * default parameters for that count by fuzz_state_create (fuzz_state.h), as
- * fuzz_corpus makes the seeds.
+ * default parameters (a GradiVeQ warm-up of one call) for that count by
+ * fuzz_state_create (fuzz_state.h), as fuzz_corpus makes the seeds.
  *
  * Besides what the sanitizers catch, the target aborts on a status the API
  * does not document for the call, on a reduce result longer than the buffer,
@@ -113,6 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     st = zc_codec_params_default(FUZZ_CODEC, &params);
     if (st != ZC_OK)
         fail("params_default", st);
+    params.gradiveq_warmup = 1; /* the one taught sum makes the basis, as in fuzz_corpus */
     if (zc_codec_needs_state(&params)) {
         st = fuzz_state_create(&params, count, &state);
         if (st != ZC_OK)

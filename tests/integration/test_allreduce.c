@@ -1003,6 +1003,7 @@ static int case_compressed(const comp_case_t *cc)
     snprintf(slice, sizeof(slice), "ZIPCCL_GRADIVEQ_SLICE=%d", GRADIVEQ_SLICE);
     snprintf(dim, sizeof(dim), "ZIPCCL_GRADIVEQ_DIM=%d", GRADIVEQ_DIM);
     snprintf(chunk, sizeof(chunk), "ZIPCCL_CHUNK_BYTES=%u", CHUNK_BYTES);
+    /* GradiVeQ: call 0 of a tensor raw and learned from, then compressed */
     char *const env[] = {codec,
                          algo,
                          bits,
@@ -1011,6 +1012,8 @@ static int case_compressed(const comp_case_t *cc)
                          dim,
                          chunk,
                          "ZIPCCL_MIN_BYTES=0",
+                         "ZIPCCL_GRADIVEQ_WARMUP=1",
+                         "ZIPCCL_GRADIVEQ_REFRESH=0",
                          "ZIPCCL_SEED=12345",
                          "ZIPCCL_QSGD_SCALE=max",
                          "ZIPCCL_TOPK_VALUES=f32",

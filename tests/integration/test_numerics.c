@@ -210,6 +210,7 @@ static void env_for(char (*buf)[96], const char *codec, const char *algo, const 
     env[k++] = "ZIPCCL_TOPK_DENSITY=0.05";
     env[k++] = "ZIPCCL_GRADIVEQ_SLICE=16";
     env[k++] = "ZIPCCL_GRADIVEQ_DIM=4";
+    env[k++] = "ZIPCCL_GRADIVEQ_WARMUP=1"; /* a basis from the first call on */
     env[k++] = "OPENBLAS_NUM_THREADS=1";
     if (extra)
         env[k++] = (char *)extra;

@@ -26,10 +26,11 @@ and checks its outputs against the exact average, in float64:
     every bucket's state afresh), sum_t out_t = sum_t avg_t - (residuals) / N, so
     ||sum_t (out_t - avg_t)|| <= sqrt(2) sum_r ||residual_r|| / N + rounding. A state lost
     or shared between buckets (reset at every call) breaks it by about T times the residual;
-  - gradiveq (ring): a tensor's first call sends raw f32 (docs/codecs.md): the first call of
-    each bucket after the rebuild is exact to the f32 sum bound; later calls project on the
-    learned basis, checked only to beat sending nothing (relative error < 1);
-  - auto: the cost model picks raw, bf16 or qsgd 4 bits per call: qsgd 4-bit scatter's bound.
+  - gradiveq (ring, a warm-up of 1 call): a tensor's first call sends raw f32 (docs/codecs.md):
+    the first call of each bucket after the rebuild is exact to the f32 sum bound; later calls
+    project on the learned basis, checked only to beat sending nothing (relative error < 1);
+  - auto: the cost model picks raw, bf16 or qsgd 4 bits per call, or GradiVeQ's raw warm-up
+    (exact) on a bucket that has not learned its ratio: qsgd 4-bit scatter's bound.
 Exit status 0 when every check passed on this rank.
 """
 import math
@@ -52,7 +53,7 @@ CODECS = {
     'qsgd8': dict(codec='qsgd', qsgd_bits=8, algo='scatter'),
     'qsgd4': dict(codec='qsgd', qsgd_bits=4, algo='scatter'),
     'topk': dict(codec='topk', topk_density=0.01, algo='scatter'),
-    'gradiveq': dict(codec='gradiveq', algo='ring'),
+    'gradiveq': dict(codec='gradiveq', algo='ring', gradiveq_warmup=1),
     'auto': dict(codec='auto', algo='auto'),
 }
 

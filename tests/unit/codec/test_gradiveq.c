@@ -59,6 +59,7 @@ static zc_codec_params_t gvq_params(uint32_t k, uint32_t dim, double energy, uin
     p.gradiveq.ranks = ranks;
     p.gradiveq.samples = samples;
     p.gradiveq.refresh = refresh;
+    p.gradiveq_warmup = 1; /* the first call raw, its sum learned from */
     return p;
 }
 
@@ -269,7 +270,7 @@ Test(gradiveq_params, ranges)
 
 Test(gradiveq_params, caps_and_state)
 {
-    zc_codec_params_t p = gvq_params(16, 0, 0.99, 1, 1024, 0);
+    zc_codec_params_t p = gvq_params(16, 0, 0.99, 1, 1024, 20);
     unsigned caps = zc_codec_caps(ZC_CODEC_GRADIVEQ);
     cr_assert_eq(caps, ZC_CODEC_CAP_LINEAR, "gradiveq is linear, stateful, biased, lossy");
     cr_assert(zc_codec_needs_state(&p));
@@ -1039,7 +1040,8 @@ Test(gradiveq_state, deterministic_versions)
         payload_t pa = enc(&p, a, ZC_DTYPE_F32, x, n), pb = enc(&p, b, ZC_DTYPE_F32, x, n);
         cr_assert_eq(pa.len, pb.len);
         cr_assert_eq(memcmp(pa.buf, pb.buf, pa.len), 0, "update %zu: payloads differ", u + 1);
-        cr_assert_eq(get_u32(pa.buf + F_VERSION), want[u]);
+        /* refresh 2, warm-up 1: call u + 1 is raw when even */
+        cr_assert_eq(get_u32(pa.buf + F_VERSION), (u + 1) % 2 ? want[u] : 0);
         payload_free(&pa);
         payload_free(&pb);
     }
@@ -1132,7 +1134,7 @@ Test(gradiveq_state, version_mismatch)
 {
     const uint32_t k = 16;
     const size_t n = k * 64 + 3;
-    zc_codec_params_t p = gvq_params(k, 4, 0.99, 2, 32, 1);
+    zc_codec_params_t p = gvq_params(k, 4, 0.99, 2, 32, 2);
     zc_codec_state_t *st = state_new(&p, n), *other = state_new(&p, n);
     float *s = xmalloc(n * sizeof(float)), *out = zeros_f32(n);
     fill_gauss(s, n, 400, 1.0);
@@ -1156,17 +1158,19 @@ Test(gradiveq_state, version_mismatch)
     cr_assert_eq(zc_codec_reduce(st, v1.buf, v1.len, w1.buf, w1.len, dst, v1.len, &len),
                  ZC_ERR_MISMATCH);
 
-    learn(st, s, n); /* refresh 1: version 2 */
+    learn(st, s, n); /* call 1, compressed: nothing learned */
+    cr_assert_eq(view_of(st).version, 1);
+    learn(st, s, n); /* call 2, raw (refresh 2): version 2 */
     cr_assert_eq(view_of(st).version, 2);
     cr_assert_eq(zc_codec_decode_add(st, v1.buf, v1.len, out, n), ZC_ERR_MISMATCH, "v1 on v2");
     for (size_t i = 0; i < n; i++)
         cr_assert_eq(out[i], 0, "a refused payload wrote value %zu", i);
 
     /* another rank count or slice: mismatch too */
-    zc_codec_params_t q = gvq_params(k, 4, 0.99, 3, 32, 1);
+    zc_codec_params_t q = gvq_params(k, 4, 0.99, 3, 32, 2);
     zc_codec_state_t *n3 = state_new(&q, n);
     cr_assert_eq(zc_codec_decode_add(n3, v0.buf, v0.len, out, n), ZC_ERR_MISMATCH, "N 2 on 3");
-    q = gvq_params(8, 4, 0.99, 2, 32, 1);
+    q = gvq_params(8, 4, 0.99, 2, 32, 2);
     zc_codec_state_t *k8 = state_new(&q, n);
     cr_assert_eq(zc_codec_decode_add(k8, v0.buf, v0.len, out, n), ZC_ERR_MISMATCH, "K 16 on 8");
 
@@ -1360,7 +1364,7 @@ Test(gradiveq_error_feedback, residual)
 {
     const uint32_t k = 16, d = 3, ranks = 2;
     const size_t n = k * 120 + 6;
-    zc_codec_params_t p = gvq_params(k, d, 0.99, ranks, 1024, 0);
+    zc_codec_params_t p = gvq_params(k, d, 0.99, ranks, 1024, 1000); /* calls 1, 2 compressed */
     p.gradiveq.error_feedback = 1;
     zc_codec_state_t *st = state_new(&p, n);
     float *s = xmalloc(n * sizeof(float)), *x1 = xmalloc(n * sizeof(float));
@@ -1562,4 +1566,229 @@ Test(gradiveq_hostile, fields_lengths_garbage)
     free(sum);
     zc_codec_state_destroy(st);
     zc_codec_state_destroy(st0);
+}
+
+/* ------------------------------------ learning only from raw sums (issue 18) */
+
+/*
+ * One call as a one-rank collective makes it: encode, decode the payload (the
+ * sum over the one rank), feed the decoded sum back to the state. Returns
+ * ||decode - x|| / ||x||; *@p raw_p: whether the payload carried raw values.
+ */
+static double call_once(const zc_codec_params_t *p, zc_codec_state_t *st, const float *x, size_t n,
+                        int *raw_p)
+{
+    payload_t pl = enc(p, st, ZC_DTYPE_F32, x, n);
+    float *y = dec(st, &pl, n);
+    double e = 0, g = 0;
+    for (size_t i = 0; i < n; i++) {
+        e += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+        g += (double)x[i] * x[i];
+    }
+    *raw_p = pl.len >= HDR + BODY_HDR + 4 * n; /* an out-of-band section may follow the header */
+    learn(st, y, n);
+    free(y);
+    payload_free(&pl);
+    return sqrt(e / g);
+}
+
+#define DRIFT_K 32u
+#define DRIFT_R 8u
+#define DRIFT_SLICES 2048u
+#define DRIFT_CALLS 200
+
+/*
+ * Call @p t of a rank-8 signal whose subspace turns a quarter turn over
+ * DRIFT_CALLS calls: slices B_t a + noise, B_t = cos(th) B0 + sin(th) B1 with
+ * B0, B1 orthogonal 8-column halves of @p b16 (K x 16), th = t pi / 2 / DRIFT_CALLS,
+ * a_j ~ N(0, sigma_j^2) fresh every call, and noise 1e-3 per value.
+ */
+static void drift_call(const double *b16, int t, float *x)
+{
+    static const double sigma[DRIFT_R] = {1, 0.8, 0.6, 0.45, 0.3, 0.2, 0.12, 0.06};
+    const double th = t * M_PI / 2 / DRIFT_CALLS, c = cos(th), s = sin(th);
+    test_rng_t rng = {5000 + (uint64_t)t};
+    for (size_t sl = 0; sl < DRIFT_SLICES; sl++) {
+        double a[DRIFT_R];
+        for (uint32_t j = 0; j < DRIFT_R; j++)
+            a[j] = sigma[j] * test_rng_gauss(&rng);
+        for (uint32_t i = 0; i < DRIFT_K; i++) {
+            double v = 1e-3 * test_rng_gauss(&rng);
+            for (uint32_t j = 0; j < DRIFT_R; j++)
+                v += (c * b16[i * 16 + j] + s * b16[i * 16 + DRIFT_R + j]) * a[j];
+            x[sl * DRIFT_K + i] = (float)v;
+        }
+    }
+}
+
+/*
+ * The basis follows a drifting gradient: it is relearned from raw sums, not
+ * from decoded ones (which lie in the old basis, so that the dimension could
+ * only shrink and the basis never turn). Over the last half of the calls every
+ * compressed call keeps 99% energy of a signal whose subspace turned at most
+ * (pi / 2) (refresh / DRIFT_CALLS) since the last raw call: error well under
+ * 0.25; and the dimension never falls below the first basis's.
+ */
+Test(gradiveq_schedule, basis_follows_drift, .timeout = 120)
+{
+    const size_t n = (size_t)DRIFT_K * DRIFT_SLICES;
+    zc_codec_params_t p = gvq_params(DRIFT_K, 0, 0.99, 1, DRIFT_SLICES, 10);
+    zc_codec_state_t *st = state_new(&p, n);
+    double *b16 = xmalloc((size_t)DRIFT_K * 16 * sizeof(double));
+    float *x = xmalloc(n * sizeof(float));
+    uint32_t first_dim = 0, min_dim = DRIFT_K;
+    double worst = 0;
+    int compressed = 0;
+
+    orthonormal(b16, DRIFT_K, 16, 77);
+    for (int t = 0; t < DRIFT_CALLS; t++) {
+        int raw;
+        drift_call(b16, t, x);
+        double err = call_once(&p, st, x, n, &raw);
+        zc_gradiveq_view_t v = view_of(st);
+        if (v.version > 0 && first_dim == 0)
+            first_dim = v.dim;
+        if (v.version > 0)
+            min_dim = v.dim < min_dim ? v.dim : min_dim;
+        if (!raw && t >= DRIFT_CALLS / 2) {
+            worst = fmax(worst, err);
+            compressed++;
+        }
+    }
+    cr_log_info("drift: first d %u, smallest d %u, worst error of the last %d compressed calls "
+                "%.3f",
+                first_dim, min_dim, compressed, worst);
+    cr_assert_geq(first_dim, 5, "99%% of this spectrum needs 6 directions (got %u)", first_dim);
+    cr_assert_geq(min_dim, first_dim, "the dimension shrank from %u to %u", first_dim, min_dim);
+    cr_assert_gt(compressed, DRIFT_CALLS / 4, "most calls compress (%d)", compressed);
+    cr_assert_lt(worst, 0.25, "relative error %.3f of a compressed call", worst);
+    free(b16);
+    free(x);
+    zc_codec_state_destroy(st);
+}
+
+/*
+ * One outlier in the calls the basis is learned from must not ruin every
+ * later call: the error of later calls with an outlier in the first one stays
+ * within 0.02 of the error without it (the same data otherwise). Outliers: one
+ * value of 1e30 (sent out of band, but in the sum the basis learns from), and
+ * one slice 1e4 times larger than the others.
+ */
+Test(gradiveq_schedule, outlier_in_learning_call, .timeout = 120)
+{
+    const uint32_t k = 32, r = 4;
+    const size_t slices = 2048, n = k * slices;
+    static const double sigma[4] = {1, 0.5, 0.25, 0.1};
+    double *b = xmalloc((size_t)k * r * sizeof(double)), *mu0 = xmalloc(k * sizeof(double));
+    double *z = xmalloc(n * sizeof(double));
+    float *x = xmalloc(n * sizeof(float));
+
+    orthonormal(b, k, r, 91);
+    for (uint32_t i = 0; i < k; i++)
+        mu0[i] = 0;
+    for (int kind = 0; kind < 2; kind++) {
+        zc_codec_params_t p = gvq_params(k, 0, 0.999, 1, (uint32_t)slices, 0);
+        zc_codec_state_t *clean = state_new(&p, n), *hit = state_new(&p, n);
+        double worst_clean = 0, worst_hit = 0;
+        int compressed = 0;
+        for (int t = 0; t < 60; t++) {
+            int raw_c, raw_h;
+            affine_slices(b, mu0, sigma, k, r, slices, 3000 + (uint64_t)t, z, x);
+            for (size_t i = 0; i < n; i++)
+                x[i] += (float)(1e-3 * sin(0.37 * (double)i + t)); /* a little full-rank noise */
+            double ec = call_once(&p, clean, x, n, &raw_c);
+            if (t == 0) {
+                if (kind == 0)
+                    x[100 * k + 5] = 1e30f;
+                else
+                    for (uint32_t i = 0; i < k; i++)
+                        x[100 * k + i] *= 1e4f;
+            }
+            double eh = call_once(&p, hit, x, n, &raw_h);
+            cr_assert_eq(raw_c, raw_h, "call %d: the same schedule with and without the outlier",
+                         t);
+            if (!raw_c && t >= 30) {
+                worst_clean = fmax(worst_clean, ec);
+                worst_hit = fmax(worst_hit, eh);
+                compressed++;
+            }
+        }
+        cr_log_info("outlier %s: worst error of calls 30..59 %.4g, without it %.4g",
+                    kind ? "slice x1e4" : "1e30", worst_hit, worst_clean);
+        cr_assert_gt(compressed, 10, "calls 30..59 compress (%d)", compressed);
+        cr_assert_lt(worst_clean, 0.05, "a rank-4 signal plus 1e-3 noise at 99.9%% energy: %.4g",
+                     worst_clean);
+        cr_assert_leq(worst_hit, worst_clean + 0.02,
+                      "outlier %s in the learning call: later error %.4g, without it %.4g",
+                      kind ? "slice x1e4" : "1e30", worst_hit, worst_clean);
+        zc_codec_state_destroy(clean);
+        zc_codec_state_destroy(hit);
+    }
+    free(b), free(mu0), free(z), free(x);
+}
+
+/*
+ * Error feedback stays bounded: a raw call sends everything (the residual is
+ * then exactly 0), so over 200 calls of the drifting signal the residual is
+ * flushed every refresh-th call; between flushes it is what the projections
+ * left out, r' = (I - P)(g + r - mu), so |r| is at most the sum of
+ * |(I - P)(g - mu)| since the last raw call (triangle inequality; P a
+ * projection), up to f32 rounding of each update ((d + 2) u per value, 20
+ * updates: 1e-4 relative covers it).
+ */
+Test(gradiveq_schedule, error_feedback_bounded, .timeout = 120)
+{
+    const size_t n = (size_t)DRIFT_K * DRIFT_SLICES;
+    const uint32_t refresh = 20;
+    zc_codec_params_t p = gvq_params(DRIFT_K, 0, 0.99, 1, DRIFT_SLICES, refresh);
+    p.gradiveq.error_feedback = 1;
+    zc_codec_state_t *st = state_new(&p, n);
+    double *b16 = xmalloc((size_t)DRIFT_K * 16 * sizeof(double));
+    float *x = xmalloc(n * sizeof(float));
+    double worst = 0, window = 0;
+    int flushes = 0;
+
+    orthonormal(b16, DRIFT_K, 16, 77);
+    for (int t = 0; t < DRIFT_CALLS; t++) {
+        int raw;
+        drift_call(b16, t, x);
+        call_once(&p, st, x, n, &raw);
+        double g = 0, off = 0;
+        zc_gradiveq_view_t v = view_of(st); /* a compressed call learns nothing: its basis */
+        for (size_t sl = 0; sl < DRIFT_SLICES && !raw; sl++) {
+            double y[DRIFT_K], c[DRIFT_K];
+            for (uint32_t i = 0; i < DRIFT_K; i++)
+                y[i] = (double)x[sl * DRIFT_K + i] - v.mean[i];
+            for (uint32_t j = 0; j < v.dim; j++) {
+                c[j] = 0;
+                for (uint32_t i = 0; i < DRIFT_K; i++)
+                    c[j] += v.basis[i * v.dim + j] * y[i];
+            }
+            for (uint32_t i = 0; i < DRIFT_K; i++) {
+                double o = y[i];
+                for (uint32_t j = 0; j < v.dim; j++)
+                    o -= v.basis[i * v.dim + j] * c[j];
+                off += o * o;
+            }
+        }
+        for (size_t i = 0; i < n; i++)
+            g += (double)x[i] * x[i];
+        double r = zc_codec_state_residual_norm(st);
+        if (raw) {
+            cr_assert_eq(r, 0, "call %d was raw: nothing is left (%.3g)", t, r);
+            flushes += t > 0;
+            window = 0;
+        } else {
+            window += sqrt(off);
+            cr_assert_leq(r, window * (1 + 1e-4), "call %d: |residual| %.6g above %.6g", t, r,
+                          window);
+        }
+        worst = fmax(worst, r / sqrt(g));
+    }
+    cr_log_info("error feedback, refresh %u: largest |residual| / |g| over %d calls %.3f", refresh,
+                DRIFT_CALLS, worst);
+    cr_assert_geq(flushes, DRIFT_CALLS / (int)refresh - 1, "raw refreshes flush it (%d)", flushes);
+    free(b16);
+    free(x);
+    zc_codec_state_destroy(st);
 }

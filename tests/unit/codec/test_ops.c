@@ -259,6 +259,9 @@ Test(codec_ops, wire_ratio_matches_payloads)
     p = defaults(ZC_CODEC_GRADIVEQ);
     cr_assert_eq(zc_codec_wire_ratio(&p), 1.0); /* dim learned: nothing credited */
     p.gradiveq.dim = 8;
+    /* refresh 20: 19 calls of d / K, one raw */
+    cr_assert_eq(zc_codec_wire_ratio(&p), (19 * (8.0 / 64.0) + 1) / 20);
+    p.gradiveq.refresh = 0;
     cr_assert_eq(zc_codec_wire_ratio(&p), 8.0 / 64.0);
     free(x);
 }

@@ -171,7 +171,8 @@ Test(policy, configure_takes_the_configuration_without_measuring)
     char *codec_auto[] = {"ZIPCCL_CODEC=auto", "ZIPCCL_ALGO=ring", NULL};
     pol = configured(2, codec_auto);
     cr_assert(zc_policy_needs_measurement(&pol));
-    cr_assert_eq(zc_policy_codecs_in_play(&pol), 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD);
+    cr_assert_eq(zc_policy_codecs_in_play(&pol),
+                 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD | 1u << ZC_CODEC_GRADIVEQ);
     char *none[] = {"ZIPCCL_CODEC=none", "ZIPCCL_ALGO=auto", NULL};
     pol = configured(2, none);
     cr_assert_not(zc_policy_needs_measurement(&pol));
@@ -786,14 +787,15 @@ Test(policy_init, one_rank_auto)
     cr_assert(strstr(captured_msg(ZC_LOG_INFO, "link"), "one rank"));
 }
 
-Test(policy_init, gradiveq_without_a_dimension_warns_under_auto_algo)
+/* Its ratio is learned per tensor now (zc_policy_choose_learned): no warning at init. */
+Test(policy_init, gradiveq_without_a_dimension_under_auto_algo)
 {
     char *env[] = {"ZIPCCL_CODEC=gradiveq", NULL};
     init_arg_t a;
 
     run_init(1, env, &a);
     cr_assert_eq(a.status[0], ZC_OK);
-    cr_assert_eq(captured(ZC_LOG_WARN, "ZIPCCL_GRADIVEQ_DIM"), 1);
+    cr_assert_eq(captured(ZC_LOG_WARN, "ZIPCCL_GRADIVEQ_DIM"), 0);
     cr_assert_eq(a.pol[0].params[ZC_CODEC_GRADIVEQ].gradiveq.ranks, 1);
 }
 
@@ -960,4 +962,55 @@ Test(policy_init, a_fixed_configuration_leaves_the_policy_file_alone)
     cr_assert_eq(file_a.status[0], ZC_OK);
     cr_assert_eq(file_a.pol[0].measured, 0);
     cr_assert_eq(access(path, F_OK), -1, "nothing to keep: nothing measured");
+}
+
+/* ---- ratios learned on the tensor's own gradients (GradiVeQ) ---- */
+
+/*
+ * ZIPCCL_CODEC=gradiveq, ZIPCCL_ALGO=auto on a 1 Gbit/s link, 16 Mi values:
+ * a tensor without a learned ratio runs the compressed ring (its warm-up
+ * learns); with one, the cost model weighs that ratio: 1/8 compresses, 4
+ * (four times the raw bytes) goes raw.
+ */
+Test(policy, learned_ratio_fixed_codec)
+{
+    zc_policy_t pol = slow_link(4, ZC_CODEC_GRADIVEQ, ZC_POLICY_ALGO_AUTO);
+    const size_t n = (size_t)16 << 20;
+    double learned[ZC_CODEC_COUNT] = {0};
+
+    zc_path_t p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
+    cr_assert_eq(p.algo, ZC_ALGO_COMPRESSED_RING, "not learned yet: %s", zc_algo_name(p.algo));
+    cr_assert_eq(p.params.codec, ZC_CODEC_GRADIVEQ);
+    learned[ZC_CODEC_GRADIVEQ] = 0.125;
+    p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
+    cr_assert_neq(p.algo, ZC_ALGO_RAW_RING, "learned 1/8 compresses");
+    cr_assert_eq(p.params.codec, ZC_CODEC_GRADIVEQ);
+    learned[ZC_CODEC_GRADIVEQ] = 4.0;
+    assert_raw(zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned), "learned 4");
+}
+
+/*
+ * ZIPCCL_CODEC=auto: a followed tensor without a GradiVeQ ratio learns one
+ * first (compressed ring, raw warm-up); then GradiVeQ competes with bf16 and
+ * qsgd by that ratio: 1/64 wins on a slow link, 0.9 loses to qsgd.
+ */
+Test(policy, learned_ratio_auto)
+{
+    zc_policy_t pol = slow_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    const size_t n = (size_t)16 << 20;
+    double learned[ZC_CODEC_COUNT] = {0};
+
+    zc_path_t p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
+    cr_assert_eq(p.algo, ZC_ALGO_COMPRESSED_RING);
+    cr_assert_eq(p.params.codec, ZC_CODEC_GRADIVEQ, "learn first: %s",
+                 zc_codec_name(p.params.codec));
+    p = zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert_neq(p.params.codec, ZC_CODEC_GRADIVEQ, "not followed: stateless codecs only");
+    learned[ZC_CODEC_GRADIVEQ] = 1.0 / 64;
+    p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
+    cr_assert_eq(p.params.codec, ZC_CODEC_GRADIVEQ, "1/64: %s", zc_codec_name(p.params.codec));
+    learned[ZC_CODEC_GRADIVEQ] = 0.9;
+    p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
+    cr_assert_neq(p.params.codec, ZC_CODEC_GRADIVEQ, "0.9 loses");
+    cr_assert_eq(p.params.codec, zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM).params.codec);
 }

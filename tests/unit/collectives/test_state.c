@@ -212,3 +212,53 @@ Test(state, out_of_band_values_are_counted)
     cr_assert_eq(zc_state_store_oob_values(store), 2);
     zc_state_store_destroy(store);
 }
+
+/*
+ * GradiVeQ's learned ratio: none before a basis; after one raw call per slot
+ * (warm-up 1, refresh 0) the count-weighted mean of the slots' d / K (tails
+ * raw); it survives a reset for other codec parameters of the same tensor,
+ * not one for another count.
+ */
+Test(state, learned_ratio_noted_and_kept)
+{
+    zc_state_store_t *store;
+    zc_tensor_state_t *ts;
+    zc_codec_state_t *cs[2];
+    zc_codec_params_t p, q = topk_params();
+    const size_t counts[2] = {64 * 100, 64 * 50 + 32};
+
+    cr_assert_eq(zc_codec_params_default(ZC_CODEC_GRADIVEQ, &p), ZC_OK);
+    p.gradiveq.slice = 64;
+    p.gradiveq.dim = 8;
+    p.gradiveq.refresh = 0;
+    p.gradiveq_warmup = 1;
+    cr_assert_eq(zc_state_store_create(1 << 24, &store), ZC_OK);
+    cr_assert_eq(zc_state_get(store, 9, 10000, ZC_DTYPE_F32, &p, &ts), ZC_OK);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(zc_state_slot(store, ts, (size_t)i, &p, counts[i], &cs[i]), ZC_OK);
+    zc_state_note_ratio(ts, &p);
+    cr_assert_eq(ts->learned_ratio[ZC_CODEC_GRADIVEQ], 0, "no basis yet");
+    for (int i = 0; i < 2; i++) {
+        float *x = malloc(counts[i] * sizeof(float));
+        for (size_t j = 0; j < counts[i]; j++)
+            x[j] = (float)sin(0.1 * (double)j * (double)(j % 7 + 1));
+        cr_assert_eq(zc_codec_state_update(cs[i], x, counts[i]), ZC_OK);
+        free(x);
+    }
+    zc_state_note_ratio(ts, &p);
+    const double want = (100.0 * 8 + (50.0 * 8 + 32)) / (double)(counts[0] + counts[1]);
+    cr_assert_float_eq(ts->learned_ratio[ZC_CODEC_GRADIVEQ], want, 1e-12, "%.9g, expected %.9g",
+                       ts->learned_ratio[ZC_CODEC_GRADIVEQ], want);
+    const double *r = zc_state_learned_ratios(store, 9, 10000, ZC_DTYPE_F32);
+    cr_assert_not_null(r);
+    cr_assert_eq(r[ZC_CODEC_GRADIVEQ], want);
+    cr_assert_null(zc_state_learned_ratios(store, 9, 10001, ZC_DTYPE_F32), "another count");
+    cr_assert_null(zc_state_learned_ratios(store, 10, 10000, ZC_DTYPE_F32), "another key");
+
+    cr_assert_eq(zc_state_get(store, 9, 10000, ZC_DTYPE_F32, &q, &ts), ZC_OK); /* reset: top-k */
+    cr_assert_eq(ts->nslots, 0);
+    cr_assert_eq(ts->learned_ratio[ZC_CODEC_GRADIVEQ], want, "kept over another codec");
+    cr_assert_eq(zc_state_get(store, 9, 20000, ZC_DTYPE_F32, &q, &ts), ZC_OK);
+    cr_assert_eq(ts->learned_ratio[ZC_CODEC_GRADIVEQ], 0, "another count: measured anew");
+    zc_state_store_destroy(store);
+}
