@@ -101,10 +101,13 @@ static double path_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t
 
     const double r = in->ratio[codec], E = in->enc_bw[codec], D = in->dec_bw[codec];
     const double P = r * B; /* payload bytes of the whole vector */
+    /* codecs that share scales (qsgd-int): a ring all-reduce of their maximum first */
+    const double S = 4.0 * (double)zc_codec_shared_scales(&pol->params[codec], (uint64_t)count);
     switch (algo) {
     case ZC_ALGO_COMPRESSED_RING:
-        return B / E + 2.0 * (n - 1.0) * (L + P / (n * W)) +
-               (n - 1.0) * P / (n * in->reduce_bw[codec]) + B / D;
+        return (S > 0 ? 2.0 * (n - 1.0) * (L + S / (n * W)) : 0.0) + B / E +
+               2.0 * (n - 1.0) * (L + P / (n * W)) + (n - 1.0) * P / (n * in->reduce_bw[codec]) +
+               B / D;
     case ZC_ALGO_ALLGATHER: return B / E + (n - 1.0) * (L + P / W) + n * B / D;
     default: /* scatter: shards out, owner decodes and re-encodes its shard, all-gather, decode */
         return B / E + (n - 1.0) * (L + P / (n * W)) + B / D + B / (n * E) +
@@ -185,6 +188,9 @@ zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtyp
         const zc_codec_id_t codec = (zc_codec_id_t)pol->codec_cfg;
         if (pol->algo_cfg != ZC_POLICY_ALGO_AUTO) {
             zc_algo_id_t algo = zc_algo_from_choice(pol->algo_cfg);
+            /* a codec whose payloads do not add may have a twin whose do (qsgd: qsgd-int) */
+            if (algo == ZC_ALGO_COMPRESSED_RING && zc_codec_ring_codec(codec) != ZC_CODEC_NONE)
+                return make_path(pol, algo, zc_codec_ring_codec(codec));
             if (!zc_policy_supports(algo, codec)) {
                 ZC_LOG_ONCE(ZC_LOG_WARN,
                             "policy: ZIPCCL_ALGO=%s needs a linear codec (payloads summed "
@@ -194,8 +200,11 @@ zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtyp
             }
             return make_path(pol, algo, codec);
         }
-        /* one rank: the codec as configured all the same, so that its tests exercise it */
-        return cheapest(pol, &codec, 1, pol->nranks > 1, n, elem);
+        /* with its ring twin if it has one (qsgd: qsgd-int); one rank: the codec as configured
+         * all the same, so that its tests exercise it */
+        const zc_codec_id_t pair[] = {codec, zc_codec_ring_codec(codec)};
+        size_t npair = pair[1] != ZC_CODEC_NONE && pair[1] != codec ? 2 : 1;
+        return cheapest(pol, pair, npair, pol->nranks > 1, n, elem);
     }
 
     if (pol->nranks < 2)
@@ -206,13 +215,14 @@ zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtyp
      * a learned basis), which is the user's call (ZIPCCL_CODEC), not the
      * cost model's.
      */
-    static const zc_codec_id_t auto_codecs[] = {ZC_CODEC_BF16, ZC_CODEC_QSGD};
+    static const zc_codec_id_t auto_codecs[] = {ZC_CODEC_BF16, ZC_CODEC_QSGD, ZC_CODEC_QSGD_INT};
     /*
      * On f16 and bf16 input the bf16 codec would send as many bytes as the
-     * raw ring (and round f16's mantissa away): only qsgd can gain there.
+     * raw ring (and round f16's mantissa away): only qsgd (and qsgd-int) can
+     * gain there.
      */
     if (elem == 2.0)
-        return cheapest(pol, auto_codecs + 1, 1, 1, n, elem);
+        return cheapest(pol, auto_codecs + 1, 2, 1, n, elem);
     return cheapest(pol, auto_codecs, ZC_ARRAY_SIZE(auto_codecs), 1, n, elem);
 }
 
@@ -237,8 +247,15 @@ static void nominal_inputs(zc_policy_t *pol)
 unsigned zc_policy_codecs_in_play(const zc_policy_t *pol)
 {
     if (pol->codec_cfg == ZC_POLICY_CODEC_AUTO)
-        return 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD;
-    return 1u << pol->codec_cfg;
+        return 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD | 1u << ZC_CODEC_QSGD_INT;
+    /* qsgd with its ring twin qsgd-int: ZIPCCL_ALGO=ring runs it, auto considers it */
+    const zc_codec_id_t twin = zc_codec_ring_codec((zc_codec_id_t)pol->codec_cfg);
+    unsigned mask = 1u << pol->codec_cfg;
+    if (twin != ZC_CODEC_NONE && pol->algo_cfg == ZC_POLICY_ALGO_AUTO)
+        mask |= 1u << twin;
+    else if (twin != ZC_CODEC_NONE && zc_algo_from_choice(pol->algo_cfg) == ZC_ALGO_COMPRESSED_RING)
+        mask = 1u << twin;
+    return mask;
 }
 
 zc_status_t zc_policy_configure(zc_policy_t *pol, const zc_config_t *cfg, int nranks)
@@ -249,6 +266,7 @@ zc_status_t zc_policy_configure(zc_policy_t *pol, const zc_config_t *cfg, int nr
                        (int)ZC_CFG_CODEC_BF16 == (int)ZC_CODEC_BF16 &&
                        (int)ZC_CFG_CODEC_TOPK == (int)ZC_CODEC_TOPK &&
                        (int)ZC_CFG_CODEC_GRADIVEQ == (int)ZC_CODEC_GRADIVEQ &&
+                       (int)ZC_CFG_CODEC_QSGD_INT == (int)ZC_CODEC_QSGD_INT &&
                        (int)ZC_CFG_CODEC_AUTO == (int)ZC_CODEC_COUNT,
                    "ZIPCCL_CODEC's choices are the zc_codec_id_t values, then auto");
     zc_policy_t p;
