@@ -171,6 +171,75 @@ static uint32_t max_magnitude(const int32_t *levels, size_t len)
     return m;
 }
 
+/*
+ * Levels as w-bit sign-magnitude codes (2 <= w <= 32), LSB first: the
+ * kernels' SIMD packers for w = 2, 4, 8, else 32 bits at a time from a 64-bit
+ * accumulator (the kernels' scalar packer writes bit by bit). Same bytes
+ * either way.
+ */
+static void pack_levels(const zc_qsgd_kernels_t *kern, const int32_t *levels, size_t n, unsigned w,
+                        uint8_t *dst)
+{
+    const size_t bytes = (size_t)codes_bytes(n, w);
+    const uint32_t sign = UINT32_C(1) << (w - 1);
+    uint64_t acc = 0;
+    unsigned nbits = 0;
+    size_t pos = 0;
+
+    if (w == 2 || w == 4 || w == 8) {
+        kern->pack(levels, n, w, dst);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int32_t l = levels[i];
+        uint32_t code = l < 0 ? (uint32_t)-l | sign : (uint32_t)l;
+        acc |= (uint64_t)code << nbits; /* nbits < 32: at most 63 bits */
+        nbits += w;
+        if (nbits >= 32) {
+            zc_store_le32(dst + pos, (uint32_t)acc);
+            pos += 4;
+            acc >>= 32;
+            nbits -= 32;
+        }
+    }
+    for (; pos < bytes; pos++, acc >>= 8)
+        dst[pos] = (uint8_t)acc;
+}
+
+/*
+ * The n codes of w bits (1..32) at src as signed levels: one unaligned 64-bit
+ * load per code (w + 7 <= 39 bits), the last codes from a zero-padded copy.
+ */
+static void unpack_levels(const uint8_t *src, size_t n, unsigned w, int32_t *levels)
+{
+    const size_t bytes = (size_t)codes_bytes(n, w);
+    const uint64_t field = (UINT64_C(1) << w) - 1;
+    const uint32_t magnitude = (UINT32_C(1) << (w - 1)) - 1;
+    size_t i = 0;
+
+    if (w == 0) {
+        memset(levels, 0, n * sizeof(*levels));
+        return;
+    }
+    /* codes whose 8-byte load stays inside the codes */
+    size_t fast = bytes >= 8 ? ZC_MIN(n, ((bytes - 8) * 8) / w + 1) : 0;
+    for (; i < fast; i++) {
+        uint64_t bit = (uint64_t)i * w, v = zc_load_le64(src + (bit >> 3));
+        uint32_t code = (uint32_t)((v >> (bit & 7)) & field);
+        int32_t neg = -(int32_t)(code >> (w - 1)), k = (int32_t)(code & magnitude);
+        levels[i] = (k ^ neg) - neg;
+    }
+    for (; i < n; i++) {
+        uint64_t bit = (uint64_t)i * w, v = 0;
+        size_t at = (size_t)(bit >> 3);
+        for (size_t j = 0; j < 8 && at + j < bytes; j++)
+            v |= (uint64_t)src[at + j] << (8 * j);
+        uint32_t code = (uint32_t)((v >> (bit & 7)) & field);
+        int32_t neg = -(int32_t)(code >> (w - 1)), k = (int32_t)(code & magnitude);
+        levels[i] = (k ^ neg) - neg;
+    }
+}
+
 /* The body with @p scales (one per bucket), or each bucket's own scale when NULL. */
 static zc_status_t encode_body(const zc_codec_params_t *p, const zc_codec_rng_t *crng,
                                zc_dtype_t dtype, const void *src, uint64_t count,
@@ -230,7 +299,7 @@ static zc_status_t encode_body(const zc_codec_params_t *p, const zc_codec_rng_t 
             break;
         }
         if (w)
-            kern->pack(sc.levels, len, w, dst + pos);
+            pack_levels(kern, sc.levels, len, w, dst + pos);
         pos += n;
     }
     free(sc.heap);
@@ -328,23 +397,6 @@ static zc_status_t qi_decode_add(zc_codec_state_t *state, const uint8_t *body, s
     return pos == len ? ZC_OK : ZC_ERR_CORRUPT;
 }
 
-static void unpack_levels(const uint8_t *src, size_t n, unsigned w, int32_t *levels)
-{
-    zc_bitreader_t r;
-    const uint32_t sign = UINT32_C(1) << (w - 1);
-
-    if (w == 0) {
-        memset(levels, 0, n * sizeof(*levels));
-        return;
-    }
-    zc_br_init(&r, src, (size_t)codes_bytes(n, w));
-    for (size_t i = 0; i < n; i++) {
-        uint32_t code = zc_br_get(&r, w);
-        int32_t k = (int32_t)(code & (sign - 1));
-        levels[i] = code & sign ? -k : k;
-    }
-}
-
 /* a + b into out (not aliasing either): levels of equal scales add exactly. */
 static zc_status_t reduce_into(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen,
                                uint64_t count, uint8_t *out, size_t cap, size_t *len_p)
@@ -401,7 +453,7 @@ static zc_status_t reduce_into(const uint8_t *a, size_t alen, const uint8_t *b, 
         out[po + 4] = (uint8_t)w;
         po += QI_BUCKET_BYTES;
         if (w)
-            kern->pack(sc.levels, n, w, out + po);
+            pack_levels(kern, sc.levels, n, w, out + po);
         po += bytes;
     }
     free(sc.heap);
