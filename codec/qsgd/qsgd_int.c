@@ -172,6 +172,47 @@ static uint32_t max_magnitude(const int32_t *levels, size_t len)
 }
 
 /*
+ * Eight codes of w <= 8 bits fill w bytes: one 64-bit word per group, with
+ * shifts the compiler knows (w is a constant in each caller). Each returns the
+ * codes it did, whole groups whose word lies inside the codes.
+ */
+static inline __attribute__((always_inline)) size_t pack8(const int32_t *levels, size_t n,
+                                                          uint8_t *dst, const unsigned w)
+{
+    const uint32_t sign = UINT32_C(1) << (w - 1);
+    size_t groups = n / 8;
+    /* the 8-byte store of group g ends at g w + 8: inside the codes but for the last groups */
+    size_t safe = n * w / 8 >= 8 ? ZC_MIN(groups, (n * w / 8 - 8) / w + 1) : 0;
+    for (size_t g = 0; g < safe; g++) {
+        uint64_t v = 0;
+        for (unsigned k = 0; k < 8; k++) {
+            int32_t l = levels[g * 8 + k];
+            uint64_t code = l < 0 ? (uint32_t)-l | sign : (uint32_t)l;
+            v |= code << (k * w);
+        }
+        zc_store_le64(dst + g * w, v);
+    }
+    return safe * 8;
+}
+
+static inline __attribute__((always_inline)) size_t
+unpack8(const uint8_t *src, size_t n, size_t bytes, int32_t *levels, const unsigned w)
+{
+    const uint32_t field = (UINT32_C(1) << w) - 1, magnitude = field >> 1;
+    size_t groups = n / 8;
+    size_t safe = bytes >= 8 ? ZC_MIN(groups, (bytes - 8) / w + 1) : 0;
+    for (size_t g = 0; g < safe; g++) {
+        uint64_t v = zc_load_le64(src + g * w);
+        for (unsigned k = 0; k < 8; k++) {
+            uint32_t code = (uint32_t)(v >> (k * w)) & field;
+            int32_t neg = -(int32_t)(code >> (w - 1)), m = (int32_t)(code & magnitude);
+            levels[g * 8 + k] = (m ^ neg) - neg;
+        }
+    }
+    return safe * 8;
+}
+
+/*
  * Levels as w-bit sign-magnitude codes (2 <= w <= 32), LSB first: the
  * kernels' SIMD packers for w = 2, 4, 8, else 32 bits at a time from a 64-bit
  * accumulator (the kernels' scalar packer writes bit by bit). Same bytes
@@ -190,7 +231,16 @@ static void pack_levels(const zc_qsgd_kernels_t *kern, const int32_t *levels, si
         kern->pack(levels, n, w, dst);
         return;
     }
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    switch (w) {
+    case 3: i = pack8(levels, n, dst, 3); break;
+    case 5: i = pack8(levels, n, dst, 5); break;
+    case 6: i = pack8(levels, n, dst, 6); break;
+    case 7: i = pack8(levels, n, dst, 7); break;
+    default: break;
+    }
+    pos = i / 8 * w; /* whole groups of 8 codes: w bytes each */
+    for (; i < n; i++) {
         int32_t l = levels[i];
         uint32_t code = l < 0 ? (uint32_t)-l | sign : (uint32_t)l;
         acc |= (uint64_t)code << nbits; /* nbits < 32: at most 63 bits */
@@ -220,6 +270,16 @@ static void unpack_levels(const uint8_t *src, size_t n, unsigned w, int32_t *lev
     if (w == 0) {
         memset(levels, 0, n * sizeof(*levels));
         return;
+    }
+    switch (w) {
+    case 2: i = unpack8(src, n, bytes, levels, 2); break;
+    case 3: i = unpack8(src, n, bytes, levels, 3); break;
+    case 4: i = unpack8(src, n, bytes, levels, 4); break;
+    case 5: i = unpack8(src, n, bytes, levels, 5); break;
+    case 6: i = unpack8(src, n, bytes, levels, 6); break;
+    case 7: i = unpack8(src, n, bytes, levels, 7); break;
+    case 8: i = unpack8(src, n, bytes, levels, 8); break;
+    default: break;
     }
     /* codes whose 8-byte load stays inside the codes */
     size_t fast = bytes >= 8 ? ZC_MIN(n, ((bytes - 8) * 8) / w + 1) : 0;

@@ -591,3 +591,45 @@ Test(qsgd_int, hostile_bodies_are_refused)
     free(x);
     payload_free(&a);
 }
+
+/*
+ * Integer inputs of a bucket whose largest magnitude is s have unit 1 and
+ * round to themselves: every width from 2 (s = 1) to 17 bits, and their sums
+ * one bit wider, must decode to the inputs and their sums exactly, for
+ * counts around the 8-code groups of the packers.
+ */
+Test(qsgd_int, every_width_round_trips)
+{
+    static const size_t counts[] = {1, 7, 8, 9, 63, 64, 65, 517, 1030};
+    for (uint32_t s = 1; s <= 65535; s = 2 * s + 1) {
+        for (size_t c = 0; c < ZC_ARRAY_SIZE(counts); c++) {
+            const size_t n = counts[c];
+            zc_codec_params_t p = qi_params(s, 512, 2);
+            float *x[2] = {zeros_f32(n), zeros_f32(n)};
+            test_rng_t rng = {s * 1000 + n};
+            for (int r = 0; r < 2; r++) {
+                for (size_t i = 0; i < n; i++)
+                    x[r][i] = (float)((int64_t)(test_rng_next(&rng) % (2 * s + 1)) - (int64_t)s);
+                for (size_t i = 0; i < n; i += 512)
+                    x[r][i] = r ? -(float)s : (float)s; /* every bucket's scale is s */
+            }
+            float *scales = shared_scales(&p, x, 2, n);
+            payload_t a = encode_shared_ok(&p, NULL, 1, 0, x[0], n, scales);
+            payload_t b = encode_shared_ok(&p, NULL, 1, 1, x[1], n, scales);
+            payload_t sum = reduce_ok(&p, &a, &b, n);
+            float *da = decode_ok(&a, n), *ds = decode_ok(&sum, n);
+            for (size_t i = 0; i < n; i++) {
+                cr_assert_eq(da[i], x[0][i], "s %u n %zu value %zu: %g", s, n, i, da[i]);
+                cr_assert_eq(ds[i], x[0][i] + x[1][i], "s %u n %zu sum %zu: %g", s, n, i, ds[i]);
+            }
+            free(da);
+            free(ds);
+            payload_free(&a);
+            payload_free(&b);
+            payload_free(&sum);
+            free(scales);
+            free(x[0]);
+            free(x[1]);
+        }
+    }
+}
