@@ -183,7 +183,9 @@ static zc_status_t measure_codec(const zc_policy_t *pol, zc_codec_id_t codec, ui
     }
     in->enc_bw[codec] = clamp_rate(4.0 * n, enc);
     in->dec_bw[codec] = clamp_rate(4.0 * n, dec);
-    in->ratio[codec] = (double)len / (4.0 * n);
+    /* qsgd-int: one payload is narrower than the ring's sums, which its model counts */
+    in->ratio[codec] =
+        zc_codec_shared_scales(&params, n) ? zc_codec_wire_ratio(&params) : (double)len / (4.0 * n);
     zc_codec_state_destroy(state);
     return ZC_OK;
 
