@@ -279,6 +279,16 @@ static zc_status_t scales_start(zc_coll_op_t *op, cring_t *cr)
     return ZC_OK;
 }
 
+/* ZC_OK when @p req brought @p len scales, ZC_INPROGRESS before, else the error (blamed). */
+static zc_status_t scales_arrived(zc_coll_op_t *op, const zc_ucx_req_t *req, size_t len)
+{
+    if (req->status == ZC_INPROGRESS)
+        return ZC_INPROGRESS;
+    if (req->status < 0)
+        return zc_coll_blame(op, req->peer, req->status);
+    return zc_coll_check_length(op, req, len * sizeof(float), "compressed ring (scales)");
+}
+
 /*
  * The scale round as far as what arrived allows: each reduce-scatter step
  * takes the maximum with the left's and passes it on, the last one's result
@@ -294,14 +304,11 @@ static zc_status_t scales_progress(zc_coll_op_t *op, cring_t *cr)
 
     while (cr->sc_rs_done < last) {
         size_t s = cr->sc_rs_done, k = seg(cr, cr->rank - (long)s - 1), len;
-        zc_ucx_req_t *req = &rs_recv[s];
-        if (req->status == ZC_INPROGRESS)
-            return ZC_INPROGRESS;
-        if (req->status < 0)
-            return zc_coll_blame(op, req->peer, req->status);
         float *mine = sc_seg(cr, cr->scales, k, &len);
         const float *in = sc_seg(cr, cr->sc_in, k, &len);
-        ZC_CHECK(zc_coll_check_length(op, req, len * sizeof(float), "compressed ring (scales)"));
+        zc_status_t status = scales_arrived(op, &rs_recv[s], len);
+        if (status != ZC_OK)
+            return status;
         for (size_t i = 0; i < len; i++)
             mine[i] = in[i] > mine[i] ? in[i] : mine[i];
         cr->sc_rs_done++;
@@ -317,13 +324,10 @@ static zc_status_t scales_progress(zc_coll_op_t *op, cring_t *cr)
     }
     while (cr->sc_ag_done < last) {
         size_t s = cr->sc_ag_done, k = seg(cr, cr->rank - (long)s), len;
-        zc_ucx_req_t *req = &ag_recv[s];
-        if (req->status == ZC_INPROGRESS)
-            return ZC_INPROGRESS;
-        if (req->status < 0)
-            return zc_coll_blame(op, req->peer, req->status);
         float *fin = sc_seg(cr, cr->shared, k, &len);
-        ZC_CHECK(zc_coll_check_length(op, req, len * sizeof(float), "compressed ring (scales)"));
+        zc_status_t status = scales_arrived(op, &ag_recv[s], len);
+        if (status != ZC_OK)
+            return status;
         cr->sc_ag_done++;
         if (s + 1 < last)
             ZC_CHECK(send_right(op, cr, base + (unsigned)(last + s + 1), 0, (const uint8_t *)fin,

@@ -493,6 +493,12 @@ static void qsgd_params_default(zc_codec_params_t *p)
     p->qsgd.error_feedback = 0;
 }
 
+uint32_t zc_qsgd_levels_from_config(const zc_config_t *cfg)
+{
+    return cfg->qsgd_levels == ZC_CONFIG_AUTO ? zc_qsgd_levels_for_bits((unsigned)cfg->qsgd_bits)
+                                              : (uint32_t)cfg->qsgd_levels;
+}
+
 static void qsgd_params_from_config(const zc_config_t *cfg, zc_codec_params_t *p)
 {
     _Static_assert((int)ZC_CFG_QSGD_SCALE_MAX == (int)ZC_QSGD_SCALE_MAX &&
@@ -501,9 +507,7 @@ static void qsgd_params_from_config(const zc_config_t *cfg, zc_codec_params_t *p
                        (int)ZC_CFG_QSGD_CODING_ELIAS == (int)ZC_QSGD_CODING_ELIAS &&
                        (int)ZC_CFG_QSGD_CODING_AUTO == (int)ZC_QSGD_CODING_AUTO,
                    "the QSGD choices of common/choices.h are zipccl_codec.h's enums");
-    p->qsgd.levels = cfg->qsgd_levels == ZC_CONFIG_AUTO
-                         ? zc_qsgd_levels_for_bits((unsigned)cfg->qsgd_bits)
-                         : (uint32_t)cfg->qsgd_levels;
+    p->qsgd.levels = zc_qsgd_levels_from_config(cfg);
     p->qsgd.bucket = (uint32_t)cfg->qsgd_bucket;
     p->qsgd.scale = (zc_qsgd_scale_t)cfg->qsgd_scale;
     p->qsgd.coding = (zc_qsgd_coding_t)cfg->qsgd_coding;

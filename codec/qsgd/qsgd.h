@@ -77,6 +77,10 @@ const zc_qsgd_kernels_t *zc_qsgd_kernels(void);
 
 /* qsgd.c, shared with qsgd_int.c */
 
+struct zc_config;
+/* s from ZIPCCL_QSGD_LEVELS, else from ZIPCCL_QSGD_BITS. */
+uint32_t zc_qsgd_levels_from_config(const struct zc_config *cfg);
+
 /* A bucket's scale of @p kind: its largest magnitude (@p max_bits, from max_abs_bits) or L2 norm.
  */
 float zc_qsgd_bucket_scale(const zc_qsgd_kernels_t *kern, zc_qsgd_scale_t kind, const float *x,

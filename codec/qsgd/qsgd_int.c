@@ -581,9 +581,7 @@ static void qi_params_default(zc_codec_params_t *p)
 /* QSGD's variables: the level count, bucket, scale and error feedback are the same choices. */
 static void qi_params_from_config(const zc_config_t *cfg, zc_codec_params_t *p)
 {
-    p->qsgd_int.levels = cfg->qsgd_levels == ZC_CONFIG_AUTO
-                             ? zc_qsgd_levels_for_bits((unsigned)cfg->qsgd_bits)
-                             : (uint32_t)cfg->qsgd_levels;
+    p->qsgd_int.levels = zc_qsgd_levels_from_config(cfg);
     p->qsgd_int.bucket = (uint32_t)cfg->qsgd_bucket;
     p->qsgd_int.scale = (zc_qsgd_scale_t)cfg->qsgd_scale;
     p->qsgd_int.error_feedback = (int)cfg->qsgd_ef;
