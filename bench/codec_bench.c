@@ -84,6 +84,9 @@ static const setting_t settings[] = {
     {.name = "topk-1pct-f32", .codec = ZC_CODEC_TOPK},
     {.name = "topk-1pct-f16", .codec = ZC_CODEC_TOPK, .topk_values = ZC_TOPK_VALUES_F16},
     {.name = "topk-0.1pct-f32", .codec = ZC_CODEC_TOPK, .topk_density = 0.001},
+    /* shared-scale QSGD: reduce sums a payload with itself (one bit wider) */
+    {.name = "qsgd-int-4bit-d512", .codec = ZC_CODEC_QSGD_INT, .qsgd_bits = 4},
+    {.name = "qsgd-int-8bit-d512", .codec = ZC_CODEC_QSGD_INT, .qsgd_bits = 8},
     {.name = "gradiveq-K64-d8", .codec = ZC_CODEC_GRADIVEQ, .gradiveq_dim = 8},
     {.name = "gradiveq-K64-e0.99", .codec = ZC_CODEC_GRADIVEQ},
 };
@@ -101,6 +104,9 @@ static zc_codec_params_t setting_params(const setting_t *st)
     p.qsgd.scale = st->qsgd_scale;
     p.qsgd.coding = st->qsgd_coding;
     p.qsgd.error_feedback = st->qsgd_ef;
+    p.qsgd_int.levels = p.qsgd.levels;
+    p.qsgd_int.bucket = p.qsgd.bucket;
+    p.qsgd_int.ranks = 2;
     if (st->topk_density > 0)
         p.topk.density = st->topk_density;
     p.topk.values = st->topk_values;
@@ -479,7 +485,8 @@ static int bench_cuda(size_t mib, int reps, const char *only, int json)
         int rc = run_setting_cuda(st, hx, n, &b, reps, &r);
         if (rc == ZC_ERR_UNSUPPORTED) {
             if (!json)
-                printf("%-24s host only (QSGD Elias and auto coding: docs/cuda.md)\n", st->name);
+                printf("%-24s host only (QSGD Elias and auto coding, qsgd-int: docs/cuda.md)\n",
+                       st->name);
             continue;
         }
         if (rc < 0) {

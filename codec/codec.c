@@ -17,7 +17,8 @@
     X(ZC_CODEC_FP16, zc_codec_fp16_ops)                                                            \
     X(ZC_CODEC_BF16, zc_codec_bf16_ops)                                                            \
     X(ZC_CODEC_TOPK, zc_codec_topk_ops)                                                            \
-    X(ZC_CODEC_GRADIVEQ, zc_codec_gradiveq_ops)
+    X(ZC_CODEC_GRADIVEQ, zc_codec_gradiveq_ops)                                                    \
+    X(ZC_CODEC_QSGD_INT, zc_codec_qsgd_int_ops)
 
 #define DECLARE_OPS(id, ops) extern const zc_codec_ops_t ops;
 ZC_CODEC_REGISTRY(DECLARE_OPS)
@@ -430,9 +431,63 @@ static zc_status_t payload_open(const uint8_t *src, size_t *len_p)
     return zc_crc32c(src, *len_p) == zc_payload_ld32(src + *len_p) ? ZC_OK : ZC_ERR_CORRUPT;
 }
 
+zc_codec_id_t zc_codec_ring_codec(zc_codec_id_t codec)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(codec);
+    if (!ops)
+        return ZC_CODEC_NONE;
+    return ops->reduce ? codec : ops->ring_codec;
+}
+
+size_t zc_codec_shared_scales(const zc_codec_params_t *params, uint64_t count)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
+    return ops && ops->shared_scales ? ops->shared_scales(params, count) : 0;
+}
+
+zc_status_t zc_codec_local_scales(const zc_codec_params_t *params, zc_codec_state_t *state,
+                                  zc_dtype_t dtype, const void *src, uint64_t count, float *scales)
+{
+    if (!params || (count > 0 && (!src || !scales)) || zc_dtype_size(dtype) == 0)
+        return ZC_ERR_INVALID_ARG;
+    ZC_CHECK(zc_codec_params_check(params));
+    ZC_CHECK(state_for(params, state, count, &state));
+    const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
+    if (!ops->local_scales)
+        return ZC_ERR_UNSUPPORTED;
+    return ops->local_scales(params, dtype, src, state ? state->residual : NULL, count, scales);
+}
+
+static zc_status_t encode_payload(const zc_codec_params_t *params, zc_codec_state_t *state,
+                                  const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                                  uint64_t count, const float *scales, void *dst, size_t cap,
+                                  size_t *len_p);
+
 ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_state_t *state,
                                       const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
                                       uint64_t count, void *dst, size_t cap, size_t *len_p)
+{
+    return encode_payload(params, state, rng, dtype, src, count, NULL, dst, cap, len_p);
+}
+
+zc_status_t zc_codec_encode_shared(const zc_codec_params_t *params, zc_codec_state_t *state,
+                                   const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                                   uint64_t count, const float *scales, void *dst, size_t cap,
+                                   size_t *len_p)
+{
+    if (!params || (count > 0 && !scales))
+        return ZC_ERR_INVALID_ARG;
+    const zc_codec_ops_t *ops = zc_codec_ops(params->codec);
+    if (!ops || !ops->encode_shared)
+        return ZC_ERR_UNSUPPORTED;
+    return encode_payload(params, state, rng, dtype, src, count, scales, dst, cap, len_p);
+}
+
+/* zc_codec_encode, with @p scales (not NULL) through ops->encode_shared. */
+static zc_status_t encode_payload(const zc_codec_params_t *params, zc_codec_state_t *state,
+                                  const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                                  uint64_t count, const float *scales, void *dst, size_t cap,
+                                  size_t *len_p)
 {
     static const zc_codec_rng_t rng_zero;
     zc_oob_t oob = {0};
@@ -497,7 +552,7 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
             memmove(body + oob_len, body, body_len);
             body += oob_len;
         }
-    } else if (ops->encode_try) {
+    } else if (ops->encode_try && !scales) {
         /* clean input needs no scan: the encoder says when it saw a value for a section */
         status = ops->encode_try(params, state, rng, dtype, src, count, body,
                                  cap - ZC_PAYLOAD_HEADER_BYTES, &body_len);
@@ -516,8 +571,13 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
         }
         body += oob_len;
         const size_t body_cap = cap - ZC_PAYLOAD_HEADER_BYTES - oob_len;
-        ZC_CHECK_GOTO(ops->encode(params, state, rng, dtype, src, count, body, body_cap, &body_len),
-                      status, err_restore);
+        if (scales)
+            status = ops->encode_shared(params, state, rng, dtype, src, count, scales, body,
+                                        body_cap, &body_len);
+        else
+            status = ops->encode(params, state, rng, dtype, src, count, body, body_cap, &body_len);
+        if (status < 0)
+            goto err_restore;
         if (state)
             state->oob_values += oob.n;
         ZC_CHECK_GOTO(oob_fit(ops, state, body, &body_len, body_cap, count, &oob), status,

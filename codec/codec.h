@@ -192,6 +192,27 @@ typedef struct zc_codec_ops {
      * instead of losing them: no finite f32 sum becomes an infinity.
      */
     zc_status_t (*widen)(uint8_t *body, size_t *len_p, uint64_t count, size_t cap);
+    /*
+     * Codecs whose payloads add only when every rank quantized with the same
+     * scales (qsgd-int): the number of scales of @p count values (a granule
+     * each); local_scales writes this rank's for the input (plus @p residual
+     * when not NULL, as encode will see it; values past oob_limit left out);
+     * encode_shared is encode with the given scales, the largest over ranks,
+     * which the compressed ring agrees on first (one max per scale).
+     * NULL: the codec shares none.
+     */
+    size_t (*shared_scales)(const zc_codec_params_t *params, uint64_t count);
+    zc_status_t (*local_scales)(const zc_codec_params_t *params, zc_dtype_t dtype, const void *src,
+                                const float *residual, uint64_t count, float *scales);
+    zc_status_t (*encode_shared)(const zc_codec_params_t *params, zc_codec_state_t *state,
+                                 const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                                 uint64_t count, const float *scales, uint8_t *dst, size_t cap,
+                                 size_t *len_p);
+    /*
+     * The linear codec the compressed ring runs when ZIPCCL_ALGO=ring asks it
+     * of this one, with the same ZIPCCL_* choices (qsgd: qsgd-int). 0: none.
+     */
+    zc_codec_id_t ring_codec;
     /* Codec-owned state: set state->priv. NULL: the codec has none. */
     zc_status_t (*state_init)(zc_codec_state_t *state);
     void (*state_fini)(zc_codec_state_t *state);
@@ -233,6 +254,24 @@ double zc_codec_wire_ratio(const zc_codec_params_t *params);
 int zc_codec_learns_ratio(zc_codec_id_t codec);
 /* See zc_codec_ops_t.learned_ratio; 0 for NULL or a codec without one. */
 double zc_codec_learned_ratio(const zc_codec_state_t *state);
+/* See zc_codec_ops_t.ring_codec: @p codec itself when it is linear, else its ring codec or 0. */
+zc_codec_id_t zc_codec_ring_codec(zc_codec_id_t codec);
+/* See zc_codec_ops_t.shared_scales: 0 when the codec shares none. */
+size_t zc_codec_shared_scales(const zc_codec_params_t *params, uint64_t count);
+/*
+ * This rank's scales of @p count values of @p src (with @p state's residual
+ * under error feedback) into @p scales (zc_codec_shared_scales of them).
+ */
+zc_status_t zc_codec_local_scales(const zc_codec_params_t *params, zc_codec_state_t *state,
+                                  zc_dtype_t dtype, const void *src, uint64_t count, float *scales);
+/*
+ * zc_codec_encode with the scales every rank agreed on (the maximum of their
+ * zc_codec_local_scales), so that the payloads add (zc_codec_reduce).
+ */
+zc_status_t zc_codec_encode_shared(const zc_codec_params_t *params, zc_codec_state_t *state,
+                                   const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
+                                   uint64_t count, const float *scales, void *dst, size_t cap,
+                                   size_t *len_p);
 /* Bytes @p state holds: the struct, the residual and the codec's own. */
 size_t zc_codec_state_bytes(const zc_codec_state_t *state);
 

@@ -15,6 +15,14 @@
  * GradiVeQ sums coefficients in f32; before its first basis (version 0) its
  * payloads are raw f32 and the ring sums them like the raw ring.
  *
+ * Shared scales (qsgd-int: payloads add only when every rank quantized with
+ * the same scales): before any encode, each rank computes its local scales
+ * of every part (zc_codec_local_scales) and the ring all-reduces their
+ * maximum, segment by segment as the payloads go: N - 1 reduce-scatter steps
+ * (steps 2 (N - 1) on of the tag space) and N - 1 all-gather steps, a scale
+ * per bucket, 4 bytes per bucket of values. Every part is then encoded with
+ * the agreed scales (zc_codec_encode_shared).
+ *
  * Pipelining: each segment is cut into C chunks of about ZIPCCL_CHUNK_BYTES
  * input bytes; part (k, c), segment k's chunk c, has its own payload,
  * codec-state slot k * C + c and rng stream. The C chunks run the ring
@@ -55,6 +63,14 @@ typedef struct cring {
     float *scratch;                  /* f16/bf16 results: one part's f32 values */
     size_t encoded;                  /* parts encoded, in encode order */
     size_t decoded;                  /* parts decoded into the result */
+    /* shared scales, part p's from sc_pos[p]: segment k's are parts k C .. k C + C - 1 */
+    size_t *sc_pos;                /* nparts + 1 */
+    float *scales;                 /* local, then the reduce-scatter's running maxima */
+    float *shared;                 /* the maxima, once agreed */
+    float *sc_in;                  /* reduce-scatter: a segment's from the left, in place */
+    zc_ucx_req_t *sc_reqs;         /* 4 (N - 1): receives (RS, AG), then sends (RS, AG) */
+    size_t sc_rs_done, sc_ag_done; /* steps completed */
+    int sc_ready;                  /* shared holds every scale */
 } cring_t;
 
 /* Segment @p k modulo the ring. */
@@ -77,6 +93,13 @@ static void cring_fini(zc_coll_op_t *op)
         return;
     if (op->status < 0 && cr->reqs)
         zc_coll_abandon(op, cr->reqs, 4 * (size_t)(cr->n - 1) * cr->nchunks);
+    if (op->status < 0 && cr->sc_reqs)
+        zc_coll_abandon(op, cr->sc_reqs, 4 * (size_t)(cr->n - 1));
+    zc_coll_defer_free(op, cr->scales);
+    zc_coll_defer_free(op, cr->shared);
+    zc_coll_defer_free(op, cr->sc_in);
+    free(cr->sc_reqs);
+    free(cr->sc_pos);
     /* UCX may still touch these after a failure: freed with the communicator then */
     zc_coll_defer_free(op, cr->own);
     zc_coll_defer_free(op, cr->rs_in);
@@ -180,6 +203,140 @@ static zc_status_t plan(zc_coll_op_t *op, cring_t *cr)
     return ZC_OK;
 }
 
+/* Sends @p len bytes at @p buf to the right neighbour as step @p step of chunk @p c. */
+static zc_status_t send_right(zc_coll_op_t *op, cring_t *cr, unsigned step, size_t c,
+                              const uint8_t *buf, size_t len, zc_ucx_req_t *req)
+{
+    ZC_CHECK(zc_coll_isend(op, cr->right, zc_coll_tag(op, step, (unsigned)c), buf, len, req));
+    op->stats.bytes_wire += len;
+    return ZC_OK;
+}
+
+/* Scale segment @p k: its first scale and count. */
+static float *sc_seg(const cring_t *cr, float *base, size_t k, size_t *n_p)
+{
+    size_t from = cr->sc_pos[k * cr->nchunks], to = cr->sc_pos[(k + 1) * cr->nchunks];
+    *n_p = to - from;
+    return base + from;
+}
+
+/* Local scales of every part, receives posted, segment r sent: the scale round begins. */
+static zc_status_t scales_start(zc_coll_op_t *op, cring_t *cr)
+{
+    const zc_codec_params_t *params = &op->path.params;
+    const size_t n = (size_t)cr->n, esize = zc_dtype_bytes(op->dtype);
+
+    cr->sc_pos = calloc(cr->nparts + 1, sizeof(size_t));
+    cr->sc_reqs = calloc(4 * (n - 1) + 1, sizeof(*cr->sc_reqs)); /* zeroed: ZC_OK */
+    if (!cr->sc_pos || !cr->sc_reqs)
+        return ZC_ERR_NO_MEMORY;
+    for (size_t p = 0; p < cr->nparts; p++)
+        cr->sc_pos[p + 1] = cr->sc_pos[p] + zc_codec_shared_scales(params, cr->parts[p].len);
+    size_t total = ZC_MAX(cr->sc_pos[cr->nparts], 1);
+    cr->scales = malloc(total * sizeof(float));
+    cr->shared = malloc(total * sizeof(float));
+    cr->sc_in = malloc(total * sizeof(float));
+    if (!cr->scales || !cr->shared || !cr->sc_in)
+        return ZC_ERR_NO_MEMORY;
+
+    uint64_t t = zc_time_ns();
+    for (size_t p = 0; p < cr->nparts; p++) {
+        cr_part_t *pt = &cr->parts[p];
+        const uint8_t *src = (const uint8_t *)op->sendbuf + pt->off * esize;
+        zc_status_t status = zc_codec_local_scales(params, pt->cs, op->dtype, src, pt->len,
+                                                   cr->scales + cr->sc_pos[p]);
+        if (status < 0) {
+            ZC_ERROR("compressed ring: %s scales of segment %zu chunk %zu (%zu values) failed: %s",
+                     zc_codec_name(params->codec), p / cr->nchunks, p % cr->nchunks, pt->len,
+                     zc_status_string(status));
+            return status;
+        }
+    }
+    zc_coll_account(&op->stats.encode_ns, t);
+    if (n == 1) {
+        memcpy(cr->shared, cr->scales, total * sizeof(float));
+        cr->sc_ready = 1;
+        return ZC_OK;
+    }
+
+    /* reduce-scatter step s brings segment r - s - 1, all-gather step s segment r - s */
+    const unsigned base = 2 * (unsigned)(n - 1);
+    zc_ucx_req_t *rs_recv = cr->sc_reqs, *ag_recv = rs_recv + (n - 1);
+    for (size_t s = 0; s + 1 < n; s++) {
+        size_t len;
+        float *in = sc_seg(cr, cr->sc_in, seg(cr, cr->rank - (long)s - 1), &len);
+        ZC_CHECK(zc_ucx_irecv(op->comm->ucx, cr->left, zc_coll_tag(op, base + (unsigned)s, 0), in,
+                              len * sizeof(float), &rs_recv[s]));
+        float *fin = sc_seg(cr, cr->shared, seg(cr, cr->rank - (long)s), &len);
+        ZC_CHECK(zc_ucx_irecv(op->comm->ucx, cr->left,
+                              zc_coll_tag(op, base + (unsigned)(n - 1 + s), 0), fin,
+                              len * sizeof(float), &ag_recv[s]));
+    }
+    size_t len;
+    float *own = sc_seg(cr, cr->scales, (size_t)cr->rank, &len);
+    ZC_CHECK(send_right(op, cr, base, 0, (const uint8_t *)own, len * sizeof(float),
+                        &cr->sc_reqs[2 * (n - 1)]));
+    return ZC_OK;
+}
+
+/* ZC_OK when @p req brought @p len scales, ZC_INPROGRESS before, else the error (blamed). */
+static zc_status_t scales_arrived(zc_coll_op_t *op, const zc_ucx_req_t *req, size_t len)
+{
+    if (req->status == ZC_INPROGRESS)
+        return ZC_INPROGRESS;
+    if (req->status < 0)
+        return zc_coll_blame(op, req->peer, req->status);
+    return zc_coll_check_length(op, req, len * sizeof(float), "compressed ring (scales)");
+}
+
+/*
+ * The scale round as far as what arrived allows: each reduce-scatter step
+ * takes the maximum with the left's and passes it on, the last one's result
+ * (segment r + 1, final) starts the all-gather, whose steps land in shared
+ * and are passed on. ZC_OK once every scale is agreed, ZC_INPROGRESS before.
+ */
+static zc_status_t scales_progress(zc_coll_op_t *op, cring_t *cr)
+{
+    const size_t last = (size_t)cr->n - 1;
+    const unsigned base = 2 * (unsigned)last;
+    zc_ucx_req_t *rs_recv = cr->sc_reqs, *ag_recv = rs_recv + last;
+    zc_ucx_req_t *rs_send = ag_recv + last, *ag_send = rs_send + last;
+
+    while (cr->sc_rs_done < last) {
+        size_t s = cr->sc_rs_done, k = seg(cr, cr->rank - (long)s - 1), len;
+        float *mine = sc_seg(cr, cr->scales, k, &len);
+        const float *in = sc_seg(cr, cr->sc_in, k, &len);
+        zc_status_t status = scales_arrived(op, &rs_recv[s], len);
+        if (status != ZC_OK)
+            return status;
+        for (size_t i = 0; i < len; i++)
+            mine[i] = in[i] > mine[i] ? in[i] : mine[i];
+        cr->sc_rs_done++;
+        if (s + 1 < last) {
+            ZC_CHECK(send_right(op, cr, base + (unsigned)(s + 1), 0, (const uint8_t *)mine,
+                                len * sizeof(float), &rs_send[s + 1]));
+        } else {
+            float *fin = sc_seg(cr, cr->shared, k, &len); /* segment r + 1: agreed */
+            memcpy(fin, mine, len * sizeof(float));
+            ZC_CHECK(send_right(op, cr, base + (unsigned)last, 0, (const uint8_t *)fin,
+                                len * sizeof(float), &ag_send[0]));
+        }
+    }
+    while (cr->sc_ag_done < last) {
+        size_t s = cr->sc_ag_done, k = seg(cr, cr->rank - (long)s), len;
+        float *fin = sc_seg(cr, cr->shared, k, &len);
+        zc_status_t status = scales_arrived(op, &ag_recv[s], len);
+        if (status != ZC_OK)
+            return status;
+        cr->sc_ag_done++;
+        if (s + 1 < last)
+            ZC_CHECK(send_right(op, cr, base + (unsigned)(last + s + 1), 0, (const uint8_t *)fin,
+                                len * sizeof(float), &ag_send[s + 1]));
+    }
+    cr->sc_ready = 1;
+    return ZC_OK;
+}
+
 static zc_status_t cring_start(zc_coll_op_t *op)
 {
     const zc_codec_params_t *params = &op->path.params;
@@ -191,9 +348,12 @@ static zc_status_t cring_start(zc_coll_op_t *op)
             zc_codec_name(params->codec));
         return ZC_ERR_UNSUPPORTED;
     }
-    if (2 * (size_t)(op->comm->size - 1) > ZC_COLL_MAX_STEP) {
-        ZC_ERROR("compressed ring: %d ranks need %d steps, more than the %u a tag holds",
-                 op->comm->size, 2 * (op->comm->size - 1), ZC_COLL_MAX_STEP);
+    /* the scale round takes 2 (N - 1) steps more */
+    size_t steps =
+        (zc_codec_shared_scales(params, op->count) > 0 ? 4 : 2) * (size_t)(op->comm->size - 1);
+    if (steps > ZC_COLL_MAX_STEP) {
+        ZC_ERROR("compressed ring: %d ranks need %zu steps, more than the %u a tag holds",
+                 op->comm->size, steps, ZC_COLL_MAX_STEP);
         return ZC_ERR_UNSUPPORTED;
     }
     if (op->count == 0)
@@ -207,6 +367,8 @@ static zc_status_t cring_start(zc_coll_op_t *op)
     cr->left = (cr->rank + cr->n - 1) % cr->n;
     cr->right = (cr->rank + 1) % cr->n;
     ZC_CHECK(plan(op, cr)); /* fini frees what plan() allocated */
+    if (zc_codec_shared_scales(params, op->count) > 0)
+        ZC_CHECK(scales_start(op, cr));
 
     size_t nc = cr->nchunks;
     for (size_t s = 0; s + 1 < (size_t)cr->n; s++) {
@@ -221,15 +383,6 @@ static zc_status_t cring_start(zc_coll_op_t *op)
                                   part(cr, seg(cr, cr->rank - (long)s), c)->cap, &cr->ag_recv[i]));
         }
     }
-    return ZC_OK;
-}
-
-/* Sends @p len bytes at @p buf to the right neighbour as step @p step of chunk @p c. */
-static zc_status_t send_right(zc_coll_op_t *op, cring_t *cr, unsigned step, size_t c,
-                              const uint8_t *buf, size_t len, zc_ucx_req_t *req)
-{
-    ZC_CHECK(zc_coll_isend(op, cr->right, zc_coll_tag(op, step, (unsigned)c), buf, len, req));
-    op->stats.bytes_wire += len;
     return ZC_OK;
 }
 
@@ -248,8 +401,12 @@ static zc_status_t encode_next(zc_coll_op_t *op, cring_t *cr)
 
     rng.stream = (uint32_t)(k * cr->nchunks + c);
     uint64_t t = zc_time_ns();
-    zc_status_t status = zc_codec_encode(&op->path.params, pt->cs, &rng, op->dtype, src, pt->len,
-                                         payload, pt->cap, &pt->own_len);
+    zc_status_t status =
+        cr->shared ? zc_codec_encode_shared(&op->path.params, pt->cs, &rng, op->dtype, src, pt->len,
+                                            cr->shared + cr->sc_pos[k * cr->nchunks + c], payload,
+                                            pt->cap, &pt->own_len)
+                   : zc_codec_encode(&op->path.params, pt->cs, &rng, op->dtype, src, pt->len,
+                                     payload, pt->cap, &pt->own_len);
     zc_coll_account(&op->stats.encode_ns, t);
     if (status < 0) {
         ZC_ERROR("compressed ring: %s encode of segment %zu chunk %zu (%zu values) failed: %s",
@@ -393,6 +550,15 @@ static zc_status_t cring_progress(zc_coll_op_t *op)
 
     if (!cr)
         return ZC_OK; /* count 0 */
+    if (cr->sc_reqs && !cr->sc_ready) {
+        status = scales_progress(op, cr);
+        if (status == ZC_INPROGRESS) {
+            status = zc_coll_test(op, cr->sc_reqs, 2 * (size_t)(cr->n - 1),
+                                  "compressed ring (scales from the left)");
+            return status == ZC_OK ? ZC_INPROGRESS : status;
+        }
+        ZC_CHECK(status);
+    }
     for (size_t c = 0; c < cr->nchunks; c++)
         ZC_CHECK(forward_gathered(op, cr, c));
     for (size_t c = 0; c < cr->nchunks; c++) {
@@ -416,6 +582,12 @@ static zc_status_t cring_progress(zc_coll_op_t *op)
         status = zc_coll_test(op, cr->rs_recv, 2 * (size_t)(cr->n - 1) * cr->nchunks,
                               "compressed ring (receiving from the left)");
         return status == ZC_OK ? ZC_INPROGRESS : status;
+    }
+    if (cr->sc_reqs) {
+        status = zc_coll_test(op, cr->sc_reqs, 4 * (size_t)(cr->n - 1),
+                              "compressed ring (sending scales to the right)");
+        if (status != ZC_OK)
+            return status;
     }
     return zc_coll_test(op, cr->reqs, 4 * (size_t)(cr->n - 1) * cr->nchunks,
                         "compressed ring (sending to the right)");

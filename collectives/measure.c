@@ -184,7 +184,9 @@ static zc_status_t measure_codec(const zc_policy_t *pol, zc_codec_id_t codec, ui
     }
     in->enc_bw[codec] = clamp_rate(4.0 * n, enc);
     in->dec_bw[codec] = clamp_rate(4.0 * n, dec);
-    in->ratio[codec] = (double)len / (4.0 * n);
+    /* qsgd-int: one payload is narrower than the ring's sums, which its model counts */
+    in->ratio[codec] =
+        zc_codec_shared_scales(&params, n) ? zc_codec_wire_ratio(&params) : (double)len / (4.0 * n);
     zc_codec_state_destroy(state);
     return ZC_OK;
 
@@ -205,9 +207,15 @@ static zc_status_t measure_codecs(const zc_policy_t *pol, uint64_t seed, zc_poli
     zc_status_t status = ZC_OK;
     double add = INFINITY;
 
-    for (int c = 0; c < ZC_CODEC_COUNT; c++)
-        if (mask & 1u << c)
-            b.cap = ZC_MAX(b.cap, zc_codec_bound(&pol->params[c], n));
+    for (int c = 0; c < ZC_CODEC_COUNT; c++) {
+        if (!(mask & 1u << c))
+            continue;
+        /* as measure_codec sizes them: a sum of two payloads (qsgd-int's is a bit wider) */
+        zc_codec_params_t params = pol->params[c];
+        if (pol->nranks < 2)
+            zc_codec_params_set_ranks(&params, 2);
+        b.cap = ZC_MAX(b.cap, zc_codec_bound(&params, n));
+    }
     b.src = malloc(n * sizeof(float));
     b.acc = calloc(n, sizeof(float));
     b.pa = malloc(b.cap);

@@ -102,10 +102,13 @@ static double path_cost_r(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id
     const double r = learned && learned[codec] > 0 ? learned[codec] : in->ratio[codec];
     const double E = in->enc_bw[codec], D = in->dec_bw[codec];
     const double P = r * B; /* payload bytes of the whole vector */
+    /* codecs that share scales (qsgd-int): a ring all-reduce of their maximum first */
+    const double S = 4.0 * (double)zc_codec_shared_scales(&pol->params[codec], (uint64_t)count);
     switch (algo) {
     case ZC_ALGO_COMPRESSED_RING:
-        return B / E + 2.0 * (n - 1.0) * (L + P / (n * W)) +
-               (n - 1.0) * P / (n * in->reduce_bw[codec]) + B / D;
+        return (S > 0 ? 2.0 * (n - 1.0) * (L + S / (n * W)) : 0.0) + B / E +
+               2.0 * (n - 1.0) * (L + P / (n * W)) + (n - 1.0) * P / (n * in->reduce_bw[codec]) +
+               B / D;
     case ZC_ALGO_ALLGATHER: return B / E + (n - 1.0) * (L + P / W) + n * B / D;
     default: /* scatter: shards out, owner decodes and re-encodes its shard, all-gather, decode */
         return B / E + (n - 1.0) * (L + P / (n * W)) + B / D + B / (n * E) +
@@ -198,6 +201,9 @@ zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtyp
         const zc_codec_id_t codec = (zc_codec_id_t)pol->codec_cfg;
         if (pol->algo_cfg != ZC_POLICY_ALGO_AUTO) {
             zc_algo_id_t algo = zc_algo_from_choice(pol->algo_cfg);
+            /* a codec whose payloads do not add may have a twin whose do (qsgd: qsgd-int) */
+            if (algo == ZC_ALGO_COMPRESSED_RING && zc_codec_ring_codec(codec) != ZC_CODEC_NONE)
+                return make_path(pol, algo, zc_codec_ring_codec(codec));
             if (!zc_policy_supports(algo, codec)) {
                 ZC_LOG_ONCE(ZC_LOG_WARN,
                             "policy: ZIPCCL_ALGO=%s needs a linear codec (payloads summed "
@@ -214,8 +220,11 @@ zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtyp
         if (learned && zc_codec_learns_ratio(codec) && !(learned[codec] > 0) &&
             zc_policy_supports(ZC_ALGO_COMPRESSED_RING, codec))
             return make_path(pol, ZC_ALGO_COMPRESSED_RING, codec);
-        /* one rank: the codec as configured all the same, so that its tests exercise it */
-        return cheapest(pol, &codec, 1, pol->nranks > 1, n, elem, learned);
+        /* with its ring twin if it has one (qsgd: qsgd-int); one rank: the codec as configured
+         * all the same, so that its tests exercise it */
+        const zc_codec_id_t pair[] = {codec, zc_codec_ring_codec(codec)};
+        size_t npair = pair[1] != ZC_CODEC_NONE && pair[1] != codec ? 2 : 1;
+        return cheapest(pol, pair, npair, pol->nranks > 1, n, elem, learned);
     }
 
     if (pol->nranks < 2)
@@ -234,15 +243,17 @@ zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtyp
             (pol->algo_cfg == ZC_POLICY_ALGO_AUTO || zc_algo_from_choice(pol->algo_cfg) == ring))
             return make_path(pol, ring, (zc_codec_id_t)c);
     }
-    zc_codec_id_t auto_codecs[2 + ZC_CODEC_COUNT] = {ZC_CODEC_BF16, ZC_CODEC_QSGD};
-    size_t ncodecs = 2;
+    zc_codec_id_t auto_codecs[3 + ZC_CODEC_COUNT] = {ZC_CODEC_BF16, ZC_CODEC_QSGD,
+                                                     ZC_CODEC_QSGD_INT};
+    size_t ncodecs = 3;
     /* and those that learned their ratio on this tensor's gradients, weighed by it */
     for (int c = 0; learned && c < ZC_CODEC_COUNT; c++)
         if (learned[c] > 0 && zc_codec_learns_ratio((zc_codec_id_t)c))
             auto_codecs[ncodecs++] = (zc_codec_id_t)c;
     /*
      * On f16 and bf16 input the bf16 codec would send as many bytes as the
-     * raw ring (and round f16's mantissa away): only qsgd can gain there.
+     * raw ring (and round f16's mantissa away): only qsgd (and qsgd-int) can
+     * gain there.
      */
     if (elem == 2.0)
         return cheapest(pol, auto_codecs + 1, ncodecs - 1, 1, n, elem, learned);
@@ -270,8 +281,16 @@ static void nominal_inputs(zc_policy_t *pol)
 unsigned zc_policy_codecs_in_play(const zc_policy_t *pol)
 {
     if (pol->codec_cfg == ZC_POLICY_CODEC_AUTO)
-        return 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD | 1u << ZC_CODEC_GRADIVEQ;
-    return 1u << pol->codec_cfg;
+        return 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD | 1u << ZC_CODEC_QSGD_INT |
+               1u << ZC_CODEC_GRADIVEQ;
+    /* qsgd with its ring twin qsgd-int: ZIPCCL_ALGO=ring runs it, auto considers it */
+    const zc_codec_id_t twin = zc_codec_ring_codec((zc_codec_id_t)pol->codec_cfg);
+    unsigned mask = 1u << pol->codec_cfg;
+    if (twin != ZC_CODEC_NONE && pol->algo_cfg == ZC_POLICY_ALGO_AUTO)
+        mask |= 1u << twin;
+    else if (twin != ZC_CODEC_NONE && zc_algo_from_choice(pol->algo_cfg) == ZC_ALGO_COMPRESSED_RING)
+        mask = 1u << twin;
+    return mask;
 }
 
 zc_status_t zc_policy_configure(zc_policy_t *pol, const zc_config_t *cfg, int nranks)
@@ -282,6 +301,7 @@ zc_status_t zc_policy_configure(zc_policy_t *pol, const zc_config_t *cfg, int nr
                        (int)ZC_CFG_CODEC_BF16 == (int)ZC_CODEC_BF16 &&
                        (int)ZC_CFG_CODEC_TOPK == (int)ZC_CODEC_TOPK &&
                        (int)ZC_CFG_CODEC_GRADIVEQ == (int)ZC_CODEC_GRADIVEQ &&
+                       (int)ZC_CFG_CODEC_QSGD_INT == (int)ZC_CODEC_QSGD_INT &&
                        (int)ZC_CFG_CODEC_AUTO == (int)ZC_CODEC_COUNT,
                    "ZIPCCL_CODEC's choices are the zc_codec_id_t values, then auto");
     zc_policy_t p;

@@ -10,6 +10,7 @@
  * encode and decode speeds E and D (input bytes per second):
  *   raw ring   2 (n-1) (L + B / (n W)) + (n-1) B / (n A)     (A: add speed)
  *   ring       B / E + 2 (n-1) (L + r B / (n W)) + (n-1) r B / (n R) + B / D
+ *              + 2 (n-1) (L + S / (n W))   with shared scales (qsgd-int): S = 4 per bucket
  *   allgather  B / E + (n-1) (L + r B / W) + n B / D
  *   scatter    B / E + (n-1) (L + r B / (n W)) + B / D + B / (n E)
  *              + (n-1) (L + r B / (n W)) + B / D

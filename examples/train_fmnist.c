@@ -89,7 +89,8 @@ static void usage(FILE *f)
         f, "usage: train_fmnist [options]\n"
            "  -N, --ranks N          fork N ranks on this machine (default: one rank per\n"
            "                         process, from mpirun/torchrun/srun or ZIPCCL_RANK/SIZE/ROOT)\n"
-           "  --codec NAME           none, qsgd, fp16, bf16, topk, gradiveq, auto (ZIPCCL_CODEC)\n"
+           "  --codec NAME           none, qsgd, fp16, bf16, topk, gradiveq, qsgd-int, auto\n"
+           "                         (ZIPCCL_CODEC; --algo ring runs qsgd as qsgd-int)\n"
            "  --algo NAME            auto, ring, allgather, scatter (ZIPCCL_ALGO)\n"
            "  --bits B               QSGD bits per value, sign included (ZIPCCL_QSGD_BITS)\n"
            "  --density D            top-k fraction kept, 0.01 or 1%% (ZIPCCL_TOPK_DENSITY)\n"
@@ -356,7 +357,7 @@ static int parse_options(int argc, char **argv, options_t *o)
     char codec[32];
     get_var("CODEC", codec, sizeof(codec));
     if (ef) {
-        if (strcmp(codec, "qsgd") == 0)
+        if (strcmp(codec, "qsgd") == 0 || strcmp(codec, "qsgd-int") == 0)
             set_var("QSGD_EF", "1");
         else if (strcmp(codec, "gradiveq") == 0)
             set_var("GRADIVEQ_EF", "1");

@@ -8,7 +8,8 @@
  *   raw       ZIPCCL_CODEC=none (the raw ring)
  *   fp16      ZIPCCL_CODEC=fp16             ring, allgather, scatter, auto
  *   bf16      ZIPCCL_CODEC=bf16             ring, allgather, scatter, auto
- *   qsgd8/4/2 ZIPCCL_CODEC=qsgd, QSGD_BITS   allgather, scatter, auto
+ *   qsgd8/4   ZIPCCL_CODEC=qsgd, QSGD_BITS   allgather, scatter, ring (qsgd-int), auto
+ *   qsgd2     ZIPCCL_CODEC=qsgd, QSGD_BITS   allgather, scatter, auto
  *   topk      ZIPCCL_CODEC=topk, density 1%  allgather, scatter, auto
  *   gradiveq  ZIPCCL_CODEC=gradiveq, SLICE 64 DIM 8 (K/d = 8)   ring, allgather, scatter, auto
  *   auto      ZIPCCL_CODEC=auto ZIPCCL_ALGO=auto
@@ -35,7 +36,9 @@
  * value to a neighbouring level k m / s of its bucket's largest magnitude m (docs/codecs.md), so
  * |Q(x_i) - x_i| <= m / s <= max|x| / s and the sum is off by at most N max|x| / s per value;
  * the scatter (and auto, which may pick it) re-encodes each shard's sum, whose magnitude is at
- * most N max|x| (1 + 1/s), adding at most that over s (docs/collectives.md, scatter).
+ * most N max|x| (1 + 1/s), adding at most that over s (docs/collectives.md, scatter). On the
+ * ring (qsgd-int) every rank rounds to a level of the shared scale m <= max|x|: the same
+ * N max|x| / s, and no re-encode.
  * Top-k sends each value exactly or not at all, so each result value is a sum over a subset of
  * the ranks: off by at most the sum of |x_r,i|. Codec auto picks none, bf16 or qsgd with
  * ZIPCCL_QSGD_BITS: the qsgd bound. A small slack covers f32 rounding of the decoded levels.
@@ -86,8 +89,9 @@ static const method_t methods[] = {
     {"raw", "none", NULL, NULL, NULL, NULL, "ring", 1, 0, 0},
     {"fp16", "fp16", NULL, NULL, NULL, NULL, "ring,allgather,scatter", 1, 0, 0},
     {"bf16", "bf16", NULL, NULL, NULL, NULL, "ring,allgather,scatter", 1, 0, 0},
-    {"qsgd8", "qsgd", "8", NULL, NULL, NULL, "allgather,scatter", 0, 127, 0},
-    {"qsgd4", "qsgd", "4", NULL, NULL, NULL, "allgather,scatter", 0, 7, 0},
+    /* ZIPCCL_ALGO=ring runs qsgd as qsgd-int: scales shared, levels summed as integers */
+    {"qsgd8", "qsgd", "8", NULL, NULL, NULL, "allgather,scatter,ring", 0, 127, 0},
+    {"qsgd4", "qsgd", "4", NULL, NULL, NULL, "allgather,scatter,ring", 0, 7, 0},
     {"qsgd2", "qsgd", "2", NULL, NULL, NULL, "allgather,scatter", 0, 1, 0},
     {"topk", "topk", NULL, "0.01", NULL, NULL, "allgather,scatter", 0, 0, 1},
     {"gradiveq", "gradiveq", NULL, NULL, "64", "8", "ring,allgather,scatter", 1, 0, 0},

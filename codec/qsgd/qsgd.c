@@ -26,13 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/*
- * Magnitudes from 2^64 up (the bits of 0x1p64f and above, NaN included) go out
- * of band (ops.oob_limit): a bucket whose largest one reaches it stops
- * encode_try, and the generic layer runs encode on the input with them masked.
- */
-#define QSGD_OOB_BITS 0x5f800000u
-
 #define QSGD_HEADER_BYTES 8
 #define QSGD_MAX_BUCKET (UINT32_C(1) << 24)
 #define QSGD_MAX_LEVELS 65535u
@@ -182,6 +175,41 @@ static zc_status_t scratch_init(qsgd_scratch_t *sc, size_t len)
     return ZC_OK;
 }
 
+float zc_qsgd_bucket_scale(const zc_qsgd_kernels_t *kern, zc_qsgd_scale_t kind, const float *x,
+                           size_t len, uint32_t max_bits)
+{
+    if (kind == ZC_QSGD_SCALE_L2) {
+        /* in double: the sum of squares of f32 values cannot overflow there; a norm
+         * beyond FLT_MAX is clamped, which keeps |x| <= scale and the estimate unbiased */
+        double norm = sqrt(kern->sum_squares(x, len));
+        return norm > FLT_MAX ? FLT_MAX : (float)norm;
+    }
+    return zc_f32_from_bits(max_bits);
+}
+
+void zc_qsgd_quantize_scaled(const zc_qsgd_kernels_t *kern, const zc_qsgd_rng_t *rng,
+                             const float *x, size_t len, uint64_t first, float scale, uint32_t s,
+                             int32_t *levels)
+{
+    if (scale == 0) {
+        memset(levels, 0, len * sizeof(*levels));
+        return;
+    }
+    float inv = (float)s / scale;
+    if (isfinite(inv)) {
+        kern->quantize(x, len, first, inv, s, rng, levels);
+        return;
+    }
+    /* scale below s / FLT_MAX: quantize |x| / scale instead, same levels in exact math */
+    float tmp[64];
+    for (size_t i = 0; i < len; i += 64) {
+        size_t m = ZC_MIN(64, len - i);
+        for (size_t j = 0; j < m; j++)
+            tmp[j] = x[i + j] / scale;
+        zc_qsgd_kernels_scalar.quantize(tmp, m, first + i, (float)s, s, rng, levels + i);
+    }
+}
+
 /*
  * Scale and levels of one bucket. Returns the scale; a non-finite bucket gets a
  * NaN scale and all-zero levels, so it decodes to NaN whatever the coding.
@@ -190,46 +218,21 @@ static float bucket_quantize(const zc_qsgd_kernels_t *kern, const zc_codec_param
                              const zc_qsgd_rng_t *rng, const float *x, size_t len, uint64_t first,
                              int32_t *levels, int *oob_p)
 {
-    const uint32_t s = p->qsgd.levels;
     uint32_t max_bits = kern->max_abs_bits(x, len);
-    float scale;
 
-    if (max_bits >= QSGD_OOB_BITS)
+    if (max_bits >= ZC_QSGD_OOB_BITS)
         *oob_p = 1; /* a value for the out-of-band section: the encode starts again */
     if (max_bits >= 0x7f800000u) {
         memset(levels, 0, len * sizeof(*levels));
         return NAN;
     }
-    if (p->qsgd.scale == ZC_QSGD_SCALE_L2) {
-        /* in double: the sum of squares of f32 values cannot overflow there; a norm
-         * beyond FLT_MAX is clamped, which keeps |x| <= scale and the estimate unbiased */
-        double norm = sqrt(kern->sum_squares(x, len));
-        scale = norm > FLT_MAX ? FLT_MAX : (float)norm;
-    } else {
-        scale = zc_f32_from_bits(max_bits);
-    }
-    if (scale == 0) {
-        memset(levels, 0, len * sizeof(*levels));
-        return 0;
-    }
-    float inv = (float)s / scale;
-    if (isfinite(inv)) {
-        kern->quantize(x, len, first, inv, s, rng, levels);
-    } else {
-        /* scale below s / FLT_MAX: quantize |x| / scale instead, same levels in exact math */
-        float tmp[64];
-        for (size_t i = 0; i < len; i += 64) {
-            size_t m = ZC_MIN(64, len - i);
-            for (size_t j = 0; j < m; j++)
-                tmp[j] = x[i + j] / scale;
-            zc_qsgd_kernels_scalar.quantize(tmp, m, first + i, (float)s, s, rng, levels + i);
-        }
-    }
+    float scale = zc_qsgd_bucket_scale(kern, p->qsgd.scale, x, len, max_bits);
+    zc_qsgd_quantize_scaled(kern, rng, x, len, first, scale, p->qsgd.levels, levels);
     return scale;
 }
 
 /* The encode; with @p try_oob it stops with ZC_CODEC_RETRY_OOB at a bucket holding a value past
- * QSGD_OOB_BITS. */
+ * ZC_QSGD_OOB_BITS. */
 static zc_status_t encode_buckets(const zc_codec_params_t *p, const zc_codec_rng_t *crng,
                                   zc_dtype_t dtype, const void *src, uint64_t count, uint8_t *dst,
                                   size_t cap, size_t *len_p, int try_oob)
@@ -238,12 +241,7 @@ static zc_status_t encode_buckets(const zc_codec_params_t *p, const zc_codec_rng
     const uint32_t s = p->qsgd.levels, d = p->qsgd.bucket;
     const unsigned b = fixed_width(s);
     const size_t esize = zc_dtype_size(dtype);
-    const zc_qsgd_rng_t rng = {
-        .key = {(uint32_t)crng->seed, (uint32_t)(crng->seed >> 32)},
-        .counter = crng->counter,
-        .rank = crng->rank,
-        .stream = crng->stream,
-    };
+    const zc_qsgd_rng_t rng = zc_qsgd_rng(crng);
     qsgd_scratch_t sc;
     zc_bitwriter_t w;
     zc_status_t status = ZC_OK;
@@ -325,38 +323,8 @@ static zc_status_t qsgd_encode_try(const zc_codec_params_t *p, zc_codec_state_t 
     return encode_buckets(p, crng, dtype, src, count, dst, cap, len_p, 1);
 }
 
-/*
- * A level's value, k * scale / s. In float as k * unit, except in buckets where
- * that goes wrong: a subnormal unit (scale < s * FLT_MIN) has lost bits that
- * bias every value of the bucket, up to all of them for unit = 0; and with a
- * scale near FLT_MAX, k * unit can round past it to infinity. There it is done
- * in double and rounded once: k <= s keeps it at most the scale.
- */
-typedef struct level_scale {
-    float unit; /* scale / s */
-    float scale;
-    uint32_t s;
-    int exact; /* compute in double */
-} level_scale_t;
-
-/* @p alpha (+1 or -1) flips the sign of every value, exactly. */
-static level_scale_t level_scale(float scale, uint32_t s, float alpha)
-{
-    level_scale_t ls = {.unit = scale / (float)s, .scale = scale, .s = s};
-    ls.exact = (scale > 0 && ls.unit < FLT_MIN) || scale > 0x1p127f;
-    ls.unit *= alpha;
-    ls.scale *= alpha;
-    return ls;
-}
-
-static inline float level_value(const level_scale_t *ls, uint32_t k)
-{
-    return ls->exact ? (float)((double)k * ls->scale / ls->s) : (float)k * ls->unit;
-}
-
-/* Fixed codes of a bucket whose levels level_value computes in double. */
-static int unpack_add_exact(const uint8_t *src, size_t n, unsigned b, const level_scale_t *ls,
-                            float *dst)
+int zc_qsgd_unpack_add_exact(const uint8_t *src, size_t n, unsigned b, uint32_t bound,
+                             const zc_qsgd_level_scale_t *ls, float *dst)
 {
     zc_bitreader_t r;
     const uint32_t sign = UINT32_C(1) << (b - 1);
@@ -366,8 +334,8 @@ static int unpack_add_exact(const uint8_t *src, size_t n, unsigned b, const leve
     for (size_t i = 0; i < n; i++) {
         uint32_t code = zc_br_get(&r, b);
         uint32_t k = code & (sign - 1);
-        worst |= k > ls->s;
-        float v = level_value(ls, k);
+        worst |= k > bound;
+        float v = zc_qsgd_level_value(ls, k);
         dst[i] += code & sign ? -v : v;
     }
     return worst ? -1 : 0;
@@ -379,7 +347,7 @@ static int unpack_add_exact(const uint8_t *src, size_t n, unsigned b, const leve
  * registers); @p exact is a constant in each of the two callers below.
  */
 static inline __attribute__((always_inline)) zc_status_t
-elias_decode_bucket(zc_bitreader_t *r, size_t len, const level_scale_t *ls, float *dst,
+elias_decode_bucket(zc_bitreader_t *r, size_t len, const zc_qsgd_level_scale_t *ls, float *dst,
                     const int exact)
 {
     const uint32_t s = ls->s;
@@ -424,14 +392,14 @@ elias_decode_bucket(zc_bitreader_t *r, size_t len, const level_scale_t *ls, floa
         if (ZC_UNLIKELY(gap - 1 >= len - (pos + 1) || k - 1 >= s))
             return ZC_ERR_CORRUPT;
         pos += gap;
-        float v = exact ? level_value(ls, k) : (float)k * ls->unit;
+        float v = exact ? zc_qsgd_level_value(ls, k) : (float)k * ls->unit;
         dst[pos] += zc_f32_from_bits(zc_f32_bits(v) ^ neg << 31); /* signs are random: no branch */
     }
     *r = lr;
     return ZC_OK;
 }
 
-static zc_status_t elias_decode_add(zc_bitreader_t *r, size_t len, const level_scale_t *ls,
+static zc_status_t elias_decode_add(zc_bitreader_t *r, size_t len, const zc_qsgd_level_scale_t *ls,
                                     float *dst)
 {
     return ls->exact ? elias_decode_bucket(r, len, ls, dst, 1)
@@ -473,7 +441,7 @@ static zc_status_t qsgd_decode_add(zc_codec_state_t *state, const uint8_t *body,
         if ((coding == ZC_QSGD_CODING_FIXED && elias) || (coding == ZC_QSGD_CODING_ELIAS && !elias))
             return ZC_ERR_CORRUPT;
         float scale = zc_f32_from_bits(word & 0x7fffffffu);
-        const level_scale_t ls = level_scale(scale, s, alpha);
+        const zc_qsgd_level_scale_t ls = zc_qsgd_level_scale(scale, s, alpha);
         if (isinf(scale))
             return ZC_ERR_CORRUPT; /* the encoder never writes an infinite scale */
 
@@ -499,7 +467,7 @@ static zc_status_t qsgd_decode_add(zc_codec_state_t *state, const uint8_t *body,
                 for (size_t i = 0; i < n; i++)
                     dst[first + i] += scale;
             } else {
-                int bad = ls.exact ? unpack_add_exact(body + pos, n, b, &ls, dst + first)
+                int bad = ls.exact ? zc_qsgd_unpack_add_exact(body + pos, n, b, s, &ls, dst + first)
                                    : kern->unpack_add(body + pos, n, b, s, ls.unit, dst + first);
                 if (bad < 0)
                     return ZC_ERR_CORRUPT;
@@ -525,6 +493,12 @@ static void qsgd_params_default(zc_codec_params_t *p)
     p->qsgd.error_feedback = 0;
 }
 
+uint32_t zc_qsgd_levels_from_config(const zc_config_t *cfg)
+{
+    return cfg->qsgd_levels == ZC_CONFIG_AUTO ? zc_qsgd_levels_for_bits((unsigned)cfg->qsgd_bits)
+                                              : (uint32_t)cfg->qsgd_levels;
+}
+
 static void qsgd_params_from_config(const zc_config_t *cfg, zc_codec_params_t *p)
 {
     _Static_assert((int)ZC_CFG_QSGD_SCALE_MAX == (int)ZC_QSGD_SCALE_MAX &&
@@ -533,9 +507,7 @@ static void qsgd_params_from_config(const zc_config_t *cfg, zc_codec_params_t *p
                        (int)ZC_CFG_QSGD_CODING_ELIAS == (int)ZC_QSGD_CODING_ELIAS &&
                        (int)ZC_CFG_QSGD_CODING_AUTO == (int)ZC_QSGD_CODING_AUTO,
                    "the QSGD choices of common/choices.h are zipccl_codec.h's enums");
-    p->qsgd.levels = cfg->qsgd_levels == ZC_CONFIG_AUTO
-                         ? zc_qsgd_levels_for_bits((unsigned)cfg->qsgd_bits)
-                         : (uint32_t)cfg->qsgd_levels;
+    p->qsgd.levels = zc_qsgd_levels_from_config(cfg);
     p->qsgd.bucket = (uint32_t)cfg->qsgd_bucket;
     p->qsgd.scale = (zc_qsgd_scale_t)cfg->qsgd_scale;
     p->qsgd.coding = (zc_qsgd_coding_t)cfg->qsgd_coding;
@@ -574,7 +546,8 @@ const zc_codec_ops_t zc_codec_qsgd_ops = {
      * A scale is a bucket's largest magnitude (or norm): one NaN, infinity or
      * outlier would set it for the whole bucket. Such values go out of band.
      */
-    .oob_limit = 0x1p64f, /* QSGD_OOB_BITS */
+    .oob_limit = 0x1p64f,            /* ZC_QSGD_OOB_BITS */
+    .ring_codec = ZC_CODEC_QSGD_INT, /* levels of shared scales add without decoding */
     .fields = qsgd_fields,
     .nfields = ZC_ARRAY_SIZE(qsgd_fields),
     .params_default = qsgd_params_default,

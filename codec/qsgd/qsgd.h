@@ -9,6 +9,10 @@
 #include "common/bitio.h"
 #include "common/cpu.h"
 
+#include <zipccl/zipccl_codec.h>
+
+#include <float.h>
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +21,25 @@ typedef struct zc_qsgd_rng {
     uint32_t key[2];
     uint32_t counter, rank, stream;
 } zc_qsgd_rng_t;
+
+/*
+ * Magnitudes from 2^64 up (the bits of 0x1p64f and above, NaN included) go out
+ * of band (ops.oob_limit of qsgd and qsgd-int): a QSGD bucket whose largest one
+ * reaches it stops encode_try, and the generic layer runs encode on the input
+ * with them masked; qsgd-int's local scales leave them out.
+ */
+#define ZC_QSGD_OOB_BITS 0x5f800000u
+
+static inline zc_qsgd_rng_t zc_qsgd_rng(const zc_codec_rng_t *crng)
+{
+    zc_qsgd_rng_t rng = {
+        .key = {(uint32_t)crng->seed, (uint32_t)(crng->seed >> 32)},
+        .counter = crng->counter,
+        .rank = crng->rank,
+        .stream = crng->stream,
+    };
+    return rng;
+}
 
 /*
  * Element i of the tensor draws u_i = philox(ctr, key)[w] with
@@ -51,6 +74,60 @@ extern const zc_qsgd_kernels_t zc_qsgd_kernels_avx512;
 
 /* The kernels for the current CPU level (zc_cpu_level()). */
 const zc_qsgd_kernels_t *zc_qsgd_kernels(void);
+
+/* qsgd.c, shared with qsgd_int.c */
+
+struct zc_config;
+/* s from ZIPCCL_QSGD_LEVELS, else from ZIPCCL_QSGD_BITS. */
+uint32_t zc_qsgd_levels_from_config(const struct zc_config *cfg);
+
+/* A bucket's scale of @p kind: its largest magnitude (@p max_bits, from max_abs_bits) or L2 norm.
+ */
+float zc_qsgd_bucket_scale(const zc_qsgd_kernels_t *kern, zc_qsgd_scale_t kind, const float *x,
+                           size_t len, uint32_t max_bits);
+/*
+ * Levels of @p len values (element @p first on) of magnitude at most @p scale,
+ * unbiased, in -s..s; all zero for scale 0.
+ */
+void zc_qsgd_quantize_scaled(const zc_qsgd_kernels_t *kern, const zc_qsgd_rng_t *rng,
+                             const float *x, size_t len, uint64_t first, float scale, uint32_t s,
+                             int32_t *levels);
+
+/*
+ * A level's value, k * scale / s. In float as k * unit, except in buckets where
+ * that goes wrong: a subnormal unit (scale < s * FLT_MIN) has lost bits that
+ * bias every value of the bucket, up to all of them for unit = 0; and with a
+ * scale near FLT_MAX, k * unit can round past it to infinity. There it is done
+ * in double and rounded once: k <= s keeps it at most the scale.
+ */
+typedef struct zc_qsgd_level_scale {
+    float unit; /* scale / s */
+    float scale;
+    uint32_t s;
+    int exact; /* compute in double */
+} zc_qsgd_level_scale_t;
+
+/* @p alpha (+1 or -1) flips the sign of every value, exactly. */
+static inline zc_qsgd_level_scale_t zc_qsgd_level_scale(float scale, uint32_t s, float alpha)
+{
+    zc_qsgd_level_scale_t ls = {.unit = scale / (float)s, .scale = scale, .s = s};
+    ls.exact = (scale > 0 && ls.unit < FLT_MIN) || scale > 0x1p127f;
+    ls.unit *= alpha;
+    ls.scale *= alpha;
+    return ls;
+}
+
+static inline float zc_qsgd_level_value(const zc_qsgd_level_scale_t *ls, uint32_t k)
+{
+    return ls->exact ? (float)((double)k * ls->scale / ls->s) : (float)k * ls->unit;
+}
+
+/*
+ * Fixed codes of b bits whose levels zc_qsgd_level_value computes in double,
+ * added into @p dst; -1 if a magnitude exceeds @p bound.
+ */
+int zc_qsgd_unpack_add_exact(const uint8_t *src, size_t n, unsigned b, uint32_t bound,
+                             const zc_qsgd_level_scale_t *ls, float *dst);
 
 /*
  * Elias omega (the paper's recursive Elias code) of k >= 1, in elias.c. The

@@ -59,6 +59,7 @@ typedef enum zc_codec_id {
     ZC_CODEC_BF16 = 3,     /**< bfloat16, round to nearest even */
     ZC_CODEC_TOPK = 4,     /**< gradient dropping with error feedback (Aji & Heafield 2017) */
     ZC_CODEC_GRADIVEQ = 5, /**< PCA projection of slices, summed compressed (Yu et al. 2018) */
+    ZC_CODEC_QSGD_INT = 6, /**< QSGD levels of a scale shared by all ranks, summed as integers */
     ZC_CODEC_COUNT
 } zc_codec_id_t;
 
@@ -136,6 +137,20 @@ typedef struct zc_codec_params {
      * field added later goes at the end).
      */
     uint32_t gradiveq_warmup;
+    /**
+     * QSGD whose payloads add as integers (ZC_CODEC_QSGD_INT): every rank
+     * quantizes a bucket to levels of the same scale, the largest over ranks,
+     * which the all-reduce agrees on first (zc_codec_encode alone uses the
+     * bucket's own scale: such payloads decode, but add only to payloads of
+     * equal scales). Reads the ZIPCCL_QSGD_* variables.
+     */
+    struct {
+        uint32_t levels;       /**< s, 1..65535: one payload's levels are -s..s */
+        uint32_t bucket;       /**< d, 1..2^24 values sharing one scale */
+        zc_qsgd_scale_t scale; /**< bucket scale before the maximum over ranks */
+        uint32_t ranks;        /**< N, 1..2^14: payloads summed; sizes the bound */
+        int error_feedback;    /**< keep what was not sent in the state and add it next time */
+    } qsgd_int;
 } zc_codec_params_t;
 
 /**

@@ -4,11 +4,12 @@
  *
  *   raw-N           the uncompressed ring for N ranks: every type x every operation x counts
  *                   0, 1, 7, N-1 and about a million, in place and out of place
- *   ALGO-CODEC[-8]  a compressed path (ring: fp16, bf16, gradiveq; allgather and scatter: qsgd,
- *                   topk, fp16, bf16, gradiveq) for N = 1..4 (or 8): f32, f16 and bf16, sum
- *                   and avg, odd counts, against the codec's error bound
- *   unbiased-ALGO   QSGD over allgather or scatter: the mean of 200 calls converges to the
- *                   exact sum as 1/sqrt(calls)
+ *   ALGO-CODEC[-8]  a compressed path (ring: fp16, bf16, gradiveq, qsgd-int, and qsgd, which
+ *                   the ring runs as qsgd-int; allgather and scatter: qsgd, topk, fp16, bf16,
+ *                   gradiveq) for N = 1..4 (or 8): f32, f16 and bf16, sum and avg, odd
+ *                   counts, against the codec's error bound
+ *   unbiased-ALGO   QSGD over allgather, scatter or the ring (qsgd-int): the mean of 200
+ *                   calls converges to the exact sum as 1/sqrt(calls)
  *   zero-and-args   zero counts with and without buffers, bad arguments
  *   mismatch[-compressed]  ranks that disagree on count, type or operation
  *   kill[-compressed]      a rank killed mid-collective
@@ -634,6 +635,15 @@ static double comp_bound(const comp_ctx_t *x, zc_dtype_t dt, zc_redop_t op, doub
               (2 * n + 2) * underflow_error(half);
         break;
     }
+    case ZC_CODEC_QSGD_INT: {
+        double max_m = 0;
+        for (int r = 0; r < n; r++)
+            max_m = fmax(max_m, amplitude(r));
+        err = n * max_m / x->levels;
+        err += 2 * u32 * (abs_sum + err);
+        err += (n + 2) * u32 * (abs_sum + err);
+        break;
+    }
     case ZC_CODEC_QSGD: {
         double s = x->levels, once = 1 / s + 2 * u32;
         err = once * big_m;
@@ -960,6 +970,8 @@ static int comp_rank(int rank, int size, void *arg)
     CHECK(zc_codec_find(x.cc->codec, &x.codec) == ZC_OK, "unknown codec %s", x.cc->codec);
     x.scatter = strcmp(x.cc->algo, "scatter") == 0;
     x.ring = strcmp(x.cc->algo, "ring") == 0;
+    if (x.ring && x.codec == ZC_CODEC_QSGD)
+        x.codec = ZC_CODEC_QSGD_INT; /* ZIPCCL_ALGO=ring runs qsgd as qsgd-int */
     x.levels = zc_qsgd_levels_for_bits(QSGD_BITS);
     if (start_rank(rank, size))
         return 1;
@@ -1038,7 +1050,9 @@ static int case_compressed(const comp_case_t *cc)
  * independently, and scatter's re-encode of the owner's sum (scale <= M2 = M (1 + 1/s)) is
  * unbiased given the first stage, so per element
  *   sigma^2 <= (sum_r M_r^2 + [scatter] M2^2) / (4 s^2)
- * and the mean of k calls has standard deviation sigma / sqrt(k). Checked: every element's
+ * and the mean of k calls has standard deviation sigma / sqrt(k). On the ring (qsgd-int) every
+ * rank rounds with the shared scale m <= max_r M_r: sigma^2 <= N max_r M_r^2 / (4 s^2).
+ * Checked: every element's
  * mean after 200 calls within 6 sigma / sqrt(200) (4096 elements: a false alarm has
  * probability 1e-5); the RMS over elements of the mean's error at k = 25, 50, 100, 200 below
  * 1.5 sigma / sqrt(k) (the RMS of 4096 errors concentrates within a few percent of its
@@ -1054,8 +1068,8 @@ static int unbiased_rank(int rank, int size, void *arg)
     const int calls = 200;
     static const int checkpoints[] = {1, 25, 50, 100, 200};
     double rms[ZC_ARRAY_SIZE(checkpoints)];
-    int scatter = strcmp(algo, "scatter") == 0;
-    double s = zc_qsgd_levels_for_bits(QSGD_BITS), sum_m = 0, sum_m2 = 0;
+    int scatter = strcmp(algo, "scatter") == 0, ring = strcmp(algo, "ring") == 0;
+    double s = zc_qsgd_levels_for_bits(QSGD_BITS), sum_m = 0, sum_m2 = 0, max_m = 0;
     uint64_t keys[ZC_HARNESS_MAX_RANKS];
     float *send = malloc(count * 4), *recv = malloc(count * 4);
     double *mean = calloc(count, sizeof(double)), *exact = calloc(count, sizeof(double));
@@ -1066,7 +1080,10 @@ static int unbiased_rank(int rank, int size, void *arg)
         keys[r] = input_key(8000, r);
         sum_m += amplitude(r);
         sum_m2 += amplitude(r) * amplitude(r);
+        max_m = fmax(max_m, amplitude(r));
     }
+    if (ring)
+        sum_m2 = size * max_m * max_m;
     double m2 = sum_m * (1 + 1 / s + 0x1p-23);
     double sigma = sqrt((sum_m2 + (scatter ? m2 * m2 : 0)) / (4 * s * s));
     double bias = (2 * size + 4) * 0x1p-24 * sum_m * (1 + 2 / s); /* deterministic rounding */
@@ -1837,13 +1854,21 @@ static int case_stats(void)
 /* ---- cases ---------------------------------------------------------------------------------- */
 
 static const comp_case_t comp_cases[] = {
-    {"ring", "fp16", {1, 2, 3, 4}},        {"ring", "bf16", {1, 2, 3, 4}},
-    {"ring", "gradiveq", {1, 2, 3, 4}},    {"allgather", "qsgd", {1, 2, 3, 4}},
-    {"allgather", "topk", {1, 2, 3, 4}},   {"allgather", "fp16", {1, 2, 3, 4}},
-    {"allgather", "bf16", {1, 2, 3, 4}},   {"allgather", "gradiveq", {1, 2, 3, 4}},
-    {"scatter", "qsgd", {1, 2, 3, 4}},     {"scatter", "topk", {1, 2, 3, 4}},
-    {"scatter", "fp16", {1, 2, 3, 4}},     {"scatter", "bf16", {1, 2, 3, 4}},
+    {"ring", "fp16", {1, 2, 3, 4}},
+    {"ring", "bf16", {1, 2, 3, 4}},
+    {"ring", "gradiveq", {1, 2, 3, 4}},
+    {"allgather", "qsgd", {1, 2, 3, 4}},
+    {"allgather", "topk", {1, 2, 3, 4}},
+    {"allgather", "fp16", {1, 2, 3, 4}},
+    {"allgather", "bf16", {1, 2, 3, 4}},
+    {"allgather", "gradiveq", {1, 2, 3, 4}},
+    {"scatter", "qsgd", {1, 2, 3, 4}},
+    {"scatter", "topk", {1, 2, 3, 4}},
+    {"scatter", "fp16", {1, 2, 3, 4}},
+    {"scatter", "bf16", {1, 2, 3, 4}},
     {"scatter", "gradiveq", {1, 2, 3, 4}},
+    {"ring", "qsgd-int", {1, 2, 3, 4}},
+    {"ring", "qsgd", {4}},
 };
 
 static const comp_case_t comp_cases_8[] = {
@@ -1875,6 +1900,8 @@ static int run_case(const char *name)
         return case_unbiased("allgather");
     if (strcmp(name, "unbiased-scatter") == 0)
         return case_unbiased("scatter");
+    if (strcmp(name, "unbiased-ring") == 0)
+        return case_unbiased("ring");
     if (strcmp(name, "zero-and-args") == 0)
         return case_zero();
     if (strcmp(name, "mismatch") == 0)

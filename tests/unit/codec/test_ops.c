@@ -206,11 +206,15 @@ Test(codec_ops, set_ranks)
     for (unsigned c = 0; c < ZC_CODEC_COUNT; c++) {
         zc_codec_params_t p = defaults(c), q = p;
         zc_codec_params_set_ranks(&q, 6);
-        cr_assert_eq(zc_codec_params_equal(&p, &q), c != ZC_CODEC_GRADIVEQ);
+        cr_assert_eq(zc_codec_params_equal(&p, &q),
+                     c != ZC_CODEC_GRADIVEQ && c != ZC_CODEC_QSGD_INT);
     }
     zc_codec_params_t p = defaults(ZC_CODEC_GRADIVEQ);
     zc_codec_params_set_ranks(&p, 6);
     cr_assert_eq(p.gradiveq.ranks, 6);
+    p = defaults(ZC_CODEC_QSGD_INT);
+    zc_codec_params_set_ranks(&p, 6);
+    cr_assert_eq(p.qsgd_int.ranks, 6);
 }
 
 Test(codec_ops, granule)
@@ -218,6 +222,7 @@ Test(codec_ops, granule)
     for (unsigned c = 0; c < ZC_CODEC_COUNT; c++) {
         zc_codec_params_t p = defaults(c);
         size_t want = c == ZC_CODEC_QSGD       ? p.qsgd.bucket
+                      : c == ZC_CODEC_QSGD_INT ? p.qsgd_int.bucket
                       : c == ZC_CODEC_GRADIVEQ ? p.gradiveq.slice
                                                : 0;
         cr_assert_eq(zc_codec_granule(&p), want, "%s", zc_codec_name(p.codec));

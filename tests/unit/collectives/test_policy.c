@@ -54,15 +54,17 @@ static zc_policy_t make_policy(int nranks, int codec_cfg, int algo_cfg, size_t m
     for (int c = 0; c < ZC_CODEC_COUNT; c++)
         cr_assert_eq(zc_codec_params_default((zc_codec_id_t)c, &pol.params[c]), ZC_OK);
     pol.params[ZC_CODEC_GRADIVEQ].gradiveq.ranks = (uint32_t)nranks;
+    pol.params[ZC_CODEC_QSGD_INT].qsgd_int.ranks = (uint32_t)nranks;
 
     zc_policy_inputs_t *in = &pol.in;
     in->link_bw = link_bw;
     in->link_lat = link_lat;
     in->add_bw = 14e9;
-    const double enc[] = {30e9, 5e9, 50e9, 30e9, 2.5e9, 10e9};
-    const double dec[] = {28e9, 29e9, 54e9, 54e9, 75e9, 14e9};
-    const double red[] = {14e9, 0, 17e9, 11e9, 0, 13e9}; /* payload bytes/s */
-    const double ratio[] = {1.0, 4.0625 / 32, 0.5, 0.5, 0.4 / 32, 8.0 / 64};
+    const double enc[] = {30e9, 5e9, 50e9, 30e9, 2.5e9, 10e9, 4e9};
+    const double dec[] = {28e9, 29e9, 54e9, 54e9, 75e9, 14e9, 20e9};
+    const double red[] = {14e9, 0, 17e9, 11e9, 0, 13e9, 2e9}; /* payload bytes/s */
+    const double ratio[] = {1.0, 4.0625 / 32, 0.5, 0.5, 0.4 / 32, 8.0 / 64, 6.08 / 32};
+    _Static_assert(ZC_ARRAY_SIZE(enc) == ZC_CODEC_COUNT, "a cost row per codec");
     for (int c = 0; c < ZC_CODEC_COUNT; c++) {
         in->enc_bw[c] = enc[c];
         in->dec_bw[c] = dec[c];
@@ -172,7 +174,15 @@ Test(policy, configure_takes_the_configuration_without_measuring)
     pol = configured(2, codec_auto);
     cr_assert(zc_policy_needs_measurement(&pol));
     cr_assert_eq(zc_policy_codecs_in_play(&pol),
-                 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD | 1u << ZC_CODEC_GRADIVEQ);
+                 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD | 1u << ZC_CODEC_QSGD_INT |
+                     1u << ZC_CODEC_GRADIVEQ);
+    /* qsgd on the ring is qsgd-int; with algo auto both are in play */
+    char *qsgd_ring[] = {"ZIPCCL_CODEC=qsgd", "ZIPCCL_ALGO=ring", NULL};
+    pol = configured(2, qsgd_ring);
+    cr_assert_eq(zc_policy_codecs_in_play(&pol), 1u << ZC_CODEC_QSGD_INT);
+    char *qsgd_auto[] = {"ZIPCCL_CODEC=qsgd", "ZIPCCL_ALGO=auto", NULL};
+    pol = configured(2, qsgd_auto);
+    cr_assert_eq(zc_policy_codecs_in_play(&pol), 1u << ZC_CODEC_QSGD | 1u << ZC_CODEC_QSGD_INT);
     char *none[] = {"ZIPCCL_CODEC=none", "ZIPCCL_ALGO=auto", NULL};
     pol = configured(2, none);
     cr_assert_not(zc_policy_needs_measurement(&pol));
@@ -277,18 +287,46 @@ Test(policy, fixed_codec_and_algo)
     }
 }
 
-Test(policy, ring_with_nonlinear_codec_falls_back_to_allgather_and_says_so_once)
+Test(policy, ring_with_qsgd_runs_its_twin_qsgd_int)
 {
     zc_policy_t pol = fast_link(4, ZC_CODEC_QSGD, ALGO_CFG_RING);
 
     for (int i = 0; i < 3; i++) {
         zc_path_t p = zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+        cr_assert_eq(p.algo, ZC_ALGO_COMPRESSED_RING);
+        cr_assert_eq(p.params.codec, ZC_CODEC_QSGD_INT);
+        cr_assert_eq(p.params.qsgd_int.ranks, 4);
+    }
+    cr_assert_eq(captured(ZC_LOG_WARN, "policy:"), 0);
+    /*
+     * algo auto weighs both by the model: at 8 ranks scatter's 4-bit shards
+     * beat the ring's sums of up to 6 bits; with qsgd-int's bytes as qsgd's
+     * and a fast reduce, the ring (no re-encode, one decode) wins.
+     */
+    pol = slow_link(8, ZC_CODEC_QSGD, ZC_POLICY_ALGO_AUTO);
+    zc_path_t p = zc_policy_choose(&pol, 64 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert_eq(p.algo, ZC_ALGO_SCATTER);
+    cr_assert_eq(p.params.codec, ZC_CODEC_QSGD);
+    pol.in.ratio[ZC_CODEC_QSGD_INT] = pol.in.ratio[ZC_CODEC_QSGD];
+    pol.in.enc_bw[ZC_CODEC_QSGD_INT] = pol.in.enc_bw[ZC_CODEC_QSGD];
+    pol.in.reduce_bw[ZC_CODEC_QSGD_INT] = 13e9;
+    p = zc_policy_choose(&pol, 64 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert_eq(p.algo, ZC_ALGO_COMPRESSED_RING);
+    cr_assert_eq(p.params.codec, ZC_CODEC_QSGD_INT);
+}
+
+Test(policy, ring_with_nonlinear_codec_falls_back_to_allgather_and_says_so_once)
+{
+    zc_policy_t pol = fast_link(4, ZC_CODEC_TOPK, ALGO_CFG_RING);
+
+    for (int i = 0; i < 3; i++) {
+        zc_path_t p = zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
         cr_assert_eq(p.algo, ZC_ALGO_ALLGATHER);
-        cr_assert_eq(p.params.codec, ZC_CODEC_QSGD);
+        cr_assert_eq(p.params.codec, ZC_CODEC_TOPK);
     }
     cr_assert_eq(captured(ZC_LOG_WARN, "policy:"), 1, "one warning, not one per call");
     const char *msg = captured_msg(ZC_LOG_WARN, "policy:");
-    cr_assert(strstr(msg, "qsgd") && strstr(msg, "linear") && strstr(msg, "allgather"), "%s", msg);
+    cr_assert(strstr(msg, "topk") && strstr(msg, "linear") && strstr(msg, "allgather"), "%s", msg);
     /* an ineligible call is raw, fallback or not */
     assert_raw(zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_I32, ZC_OP_SUM), "i32");
 }
@@ -354,9 +392,9 @@ Test(policy, auto_codec_with_fixed_algo_stays_on_that_algo)
 {
     zc_policy_t pol = slow_link(8, ZC_POLICY_CODEC_AUTO, ALGO_CFG_RING);
     zc_path_t p = zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
-    /* only bf16 of the auto codecs sums on a ring */
+    /* bf16 and qsgd-int of the auto codecs sum on a ring: on a slow link qsgd-int's bytes win */
     cr_assert_eq(p.algo, ZC_ALGO_COMPRESSED_RING);
-    cr_assert_eq(p.params.codec, ZC_CODEC_BF16);
+    cr_assert_eq(p.params.codec, ZC_CODEC_QSGD_INT);
 
     pol.algo_cfg = ALGO_CFG_ALLGATHER;
     p = zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
@@ -410,6 +448,7 @@ Test(policy, auto_sends_no_bf16_payloads_for_16_bit_input)
      * it; on f16 or bf16 input it would move as many bytes as the raw ring.
      */
     zc_policy_t pol = slow_link(8, ZC_POLICY_CODEC_AUTO, ALGO_CFG_RING);
+    pol.in.ratio[ZC_CODEC_QSGD_INT] = 0.6; /* out of the way: bf16 is the best f32 ring */
     cr_assert_eq(zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM).params.codec,
                  ZC_CODEC_BF16);
     assert_raw(zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_BF16, ZC_OP_SUM), "bf16 input");
@@ -452,6 +491,16 @@ Test(policy, cost_formulas)
                        scatter * 1e-12);
     /* and the numbers themselves: cring = 2e-3 + 6 (1e-5 + 5e-4) + 3e-4 + 1e-3 */
     cr_assert_float_eq(cring, 6.36e-3, 1e-15);
+
+    /* qsgd-int adds the scale round: 2 (n-1) (L + S/(nW)), S = 4 bytes per bucket of 512 */
+    in->enc_bw[ZC_CODEC_QSGD_INT] = E;
+    in->dec_bw[ZC_CODEC_QSGD_INT] = D;
+    in->reduce_bw[ZC_CODEC_QSGD_INT] = R;
+    in->ratio[ZC_CODEC_QSGD_INT] = r;
+    const double S = 4.0 * (1000000 / 512 + 1);
+    double qring = 2 * (n - 1) * (L + S / (n * W)) + cring;
+    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_COMPRESSED_RING, ZC_CODEC_QSGD_INT, 4000000),
+                       qring, qring * 1e-12);
 }
 
 Test(policy, unsupported_paths_cost_infinity)
