@@ -11,6 +11,7 @@
  */
 #include "collectives/policy.h"
 #include "codec/codec.h"
+#include "codec/powersgd/powersgd.h"
 #include "common/compiler.h"
 #include "common/log.h"
 
@@ -54,6 +55,7 @@ int zc_policy_supports(zc_algo_id_t algo, zc_codec_id_t codec)
     case ZC_ALGO_COMPRESSED_RING: return (zc_codec_caps(codec) & ZC_CODEC_CAP_LINEAR) != 0;
     case ZC_ALGO_ALLGATHER:
     case ZC_ALGO_SCATTER: return 1;
+    case ZC_ALGO_POWERSGD: return codec == ZC_CODEC_POWERSGD;
     default: return 0;
     }
 }
@@ -61,10 +63,9 @@ int zc_policy_supports(zc_algo_id_t algo, zc_codec_id_t codec)
 const char *zc_algo_name(zc_algo_id_t algo)
 {
     static const char *const names[ZC_ALGO_COUNT] = {
-        [ZC_ALGO_RAW_RING] = "raw",
-        [ZC_ALGO_COMPRESSED_RING] = "ring",
-        [ZC_ALGO_ALLGATHER] = "allgather",
-        [ZC_ALGO_SCATTER] = "scatter",
+        [ZC_ALGO_RAW_RING] = "raw",        [ZC_ALGO_COMPRESSED_RING] = "ring",
+        [ZC_ALGO_ALLGATHER] = "allgather", [ZC_ALGO_SCATTER] = "scatter",
+        [ZC_ALGO_POWERSGD] = "powersgd",
     };
     return (unsigned)algo < ZC_ALGO_COUNT ? names[algo] : NULL;
 }
@@ -79,6 +80,36 @@ zc_algo_id_t zc_algo_from_choice(int algo_choice)
 }
 
 /* ---------------------------------------------------------------- cost model */
+
+/*
+ * PowerSGD (collectives/powersgd.c) on @p count values: P = M Q and Q = M^T P
+ * (encode speed), then P Q^T (decode speed) over the f32 input, and two ring
+ * rounds of (R r + 1) and C r values: each 2 (n-1) steps of a 1/n segment.
+ * Its ratio is exact, from the matrix view of the count: no data needed.
+ */
+static double powersgd_cost(const zc_policy_t *pol, double count)
+{
+    const zc_policy_inputs_t *in = &pol->in;
+    const double n = pol->nranks, W = in->link_bw, L = in->link_lat, B = 4.0 * count;
+    zc_powersgd_shape_t s;
+
+    zc_powersgd_shape((uint64_t)count, pol->params[ZC_CODEC_POWERSGD].powersgd.rank, &s);
+    const double factors = 4.0 * (double)(zc_powersgd_factor_values(&s) + 1);
+    return B / in->enc_bw[ZC_CODEC_POWERSGD] + B / in->dec_bw[ZC_CODEC_POWERSGD] +
+           4.0 * (n - 1.0) * L + 2.0 * (n - 1.0) * factors / (n * W) +
+           (n - 1.0) * factors / (n * in->add_bw);
+}
+
+/*
+ * Whether PowerSGD sends less than half of @p count values: a tensor too
+ * small or too thin for a rank-r view to pay (a bias, a 1-D tensor) goes raw.
+ */
+static int powersgd_pays(const zc_policy_t *pol, size_t count)
+{
+    zc_powersgd_shape_t s;
+    zc_powersgd_shape(count, pol->params[ZC_CODEC_POWERSGD].powersgd.rank, &s);
+    return s.rows >= 2 && s.cols >= 2 && 2 * (zc_powersgd_factor_values(&s) + 1) <= count;
+}
 
 /*
  * Modelled seconds of @p algo with @p codec on @p count values whose raw form
@@ -98,6 +129,8 @@ static double path_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t
         return INFINITY;
     if (algo == ZC_ALGO_RAW_RING)
         return 2.0 * (n - 1.0) * (L + count * elem / (n * W)) + (n - 1.0) * B / (n * in->add_bw);
+    if (algo == ZC_ALGO_POWERSGD)
+        return powersgd_cost(pol, count);
 
     const double r = in->ratio[codec], E = in->enc_bw[codec], D = in->dec_bw[codec];
     const double P = r * B; /* payload bytes of the whole vector */
@@ -181,6 +214,9 @@ zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtyp
 
     const double n = (double)count, elem = (double)zc_dtype_size(dtype);
 
+    if (pol->codec_cfg == ZC_CODEC_POWERSGD && pol->algo_cfg == ZC_POLICY_ALGO_AUTO)
+        return make_path(pol, powersgd_pays(pol, count) ? ZC_ALGO_POWERSGD : ZC_ALGO_RAW_RING,
+                         powersgd_pays(pol, count) ? ZC_CODEC_POWERSGD : ZC_CODEC_NONE);
     if (pol->codec_cfg != ZC_POLICY_CODEC_AUTO) {
         const zc_codec_id_t codec = (zc_codec_id_t)pol->codec_cfg;
         if (pol->algo_cfg != ZC_POLICY_ALGO_AUTO) {
@@ -249,6 +285,7 @@ zc_status_t zc_policy_configure(zc_policy_t *pol, const zc_config_t *cfg, int nr
                        (int)ZC_CFG_CODEC_BF16 == (int)ZC_CODEC_BF16 &&
                        (int)ZC_CFG_CODEC_TOPK == (int)ZC_CODEC_TOPK &&
                        (int)ZC_CFG_CODEC_GRADIVEQ == (int)ZC_CODEC_GRADIVEQ &&
+                       (int)ZC_CFG_CODEC_POWERSGD == (int)ZC_CODEC_POWERSGD &&
                        (int)ZC_CFG_CODEC_AUTO == (int)ZC_CODEC_COUNT,
                    "ZIPCCL_CODEC's choices are the zc_codec_id_t values, then auto");
     zc_policy_t p;

@@ -59,6 +59,7 @@ typedef enum zc_codec_id {
     ZC_CODEC_BF16 = 3,     /**< bfloat16, round to nearest even */
     ZC_CODEC_TOPK = 4,     /**< gradient dropping with error feedback (Aji & Heafield 2017) */
     ZC_CODEC_GRADIVEQ = 5, /**< PCA projection of slices, summed compressed (Yu et al. 2018) */
+    ZC_CODEC_POWERSGD = 6, /**< rank-r power iteration with error feedback (Vogels et al. 2019) */
     ZC_CODEC_COUNT
 } zc_codec_id_t;
 
@@ -129,6 +130,11 @@ typedef struct zc_codec_params {
      * than changing a value. Any codec; 4 bytes per payload.
      */
     uint32_t checksum;
+    struct {
+        uint32_t rank;      /**< r, 1..64: columns of P and Q */
+        uint32_t warmup;    /**< calls of a tensor sent uncompressed before the first P, Q */
+        int error_feedback; /**< keep M - P Q^T in the state and add it next time (default 1) */
+    } powersgd;
 } zc_codec_params_t;
 
 /**
@@ -179,7 +185,8 @@ zc_status_t zc_codec_params_default_sized(zc_codec_id_t codec, zc_codec_params_t
  * Fills @p params_p with @p codec's defaults, struct_size with
  * sizeof(zc_codec_params_t): QSGD 4 bits, bucket 512, max scale, fixed coding,
  * no error feedback; top-k density 0.01 with f32 values; GradiVeQ K = 64, d
- * from 99% energy, 1 rank, 1024 samples, learned once. Every codec's fields
+ * from 99% energy, 1 rank, 1024 samples, learned once; PowerSGD rank 4, 10
+ * warm-up calls, error feedback. Every codec's fields
  * get their defaults, so params whose codec is changed afterwards stay valid.
  * Inline, so that the size is the caller's, never the library's.
  */

@@ -59,10 +59,11 @@ static zc_policy_t make_policy(int nranks, int codec_cfg, int algo_cfg, size_t m
     in->link_bw = link_bw;
     in->link_lat = link_lat;
     in->add_bw = 14e9;
-    const double enc[] = {30e9, 5e9, 50e9, 30e9, 2.5e9, 10e9};
-    const double dec[] = {28e9, 29e9, 54e9, 54e9, 75e9, 14e9};
-    const double red[] = {14e9, 0, 17e9, 11e9, 0, 13e9}; /* payload bytes/s */
-    const double ratio[] = {1.0, 4.0625 / 32, 0.5, 0.5, 0.4 / 32, 8.0 / 64};
+    const double enc[] = {30e9, 5e9, 50e9, 30e9, 2.5e9, 10e9, 1e9};
+    const double dec[] = {28e9, 29e9, 54e9, 54e9, 75e9, 14e9, 2e9};
+    const double red[] = {14e9, 0, 17e9, 11e9, 0, 13e9, 0}; /* payload bytes/s */
+    const double ratio[] = {1.0, 4.0625 / 32, 0.5, 0.5, 0.4 / 32, 8.0 / 64, 1.0};
+    _Static_assert(ZC_ARRAY_SIZE(enc) == ZC_CODEC_COUNT, "one figure per codec");
     for (int c = 0; c < ZC_CODEC_COUNT; c++) {
         in->enc_bw[c] = enc[c];
         in->dec_bw[c] = dec[c];
