@@ -9,7 +9,7 @@
 #
 # Defaults: build/, 4 ranks, 5 epochs on the whole training set, results in
 # DIR/demo/ (one CSV per codec, results.csv, accuracy.png). --codecs takes a
-# comma-separated subset of: none, qsgd8, qsgd4, topk, gradiveq. --check exits
+# comma-separated subset of: none, qsgd8, qsgd4, topk, gradiveq, powersgd. --check exits
 # 1 when a codec misses its accuracy target (the QSGD paper's bar, see
 # docs/results.md: qsgd8 within 0.3 points of none, the others within 1) or a
 # run fails. --table-only makes the table and plot from the CSVs of an earlier
@@ -17,7 +17,7 @@
 set -euo pipefail
 
 build=build ranks=4 epochs=5 train_limit="" out="" check=0 table_only=0
-codecs="none,qsgd8,qsgd4,topk,gradiveq"
+codecs="none,qsgd8,qsgd4,topk,gradiveq,powersgd"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -60,7 +60,10 @@ flags_for() {
     topk) echo "--codec topk --density 0.01 --algo allgather --local-momentum" ;;
     gradiveq) echo "--codec gradiveq --algo ring --local-momentum" \
                    "--set GRADIVEQ_ENERGY=0.998 --set GRADIVEQ_REFRESH=20" ;;
-    *) echo "demo: unknown codec '$1' (none, qsgd8, qsgd4, topk, gradiveq)" >&2; return 1 ;;
+    # PowerSGD rank 4 with error feedback and plain momentum: P and Q summed on a ring in
+    # one collective per tensor (its own algorithm), the first 10 calls of each raw
+    powersgd) echo "--codec powersgd --set POWERSGD_RANK=4" ;;
+    *) echo "demo: unknown codec '$1' (none, qsgd8, qsgd4, topk, gradiveq, powersgd)" >&2; return 1 ;;
   esac
 }
 describe() {
@@ -70,13 +73,15 @@ describe() {
     qsgd4) echo "qsgd 4-bit" ;;
     topk) echo "topk 1% + EF, local momentum" ;;
     gradiveq) echo "gradiveq, local momentum" ;;
+    powersgd) echo "powersgd rank 4 + EF" ;;
   esac
 }
 
 # The demo's own choices, whatever the caller's environment holds.
 unset ZIPCCL_CODEC ZIPCCL_ALGO ZIPCCL_SEED ZIPCCL_QSGD_BITS ZIPCCL_QSGD_LEVELS ZIPCCL_QSGD_EF \
       ZIPCCL_TOPK_DENSITY ZIPCCL_GRADIVEQ_REFRESH ZIPCCL_GRADIVEQ_DIM ZIPCCL_GRADIVEQ_EF \
-      ZIPCCL_GRADIVEQ_ENERGY ZIPCCL_GRADIVEQ_SLICE ZIPCCL_MIN_BYTES
+      ZIPCCL_GRADIVEQ_ENERGY ZIPCCL_GRADIVEQ_SLICE ZIPCCL_MIN_BYTES \
+      ZIPCCL_POWERSGD_RANK ZIPCCL_POWERSGD_WARMUP ZIPCCL_POWERSGD_EF
 
 IFS=, read -r -a list <<<"$codecs"
 limit=()
@@ -102,8 +107,8 @@ import csv, os, sys
 
 out, check, names = sys.argv[1], sys.argv[2] == "1", sys.argv[3:]
 labels = {"none": "none", "qsgd8": "qsgd 8-bit", "qsgd4": "qsgd 4-bit",
-          "topk": "topk 1% + EF", "gradiveq": "gradiveq"}
-target = {"qsgd8": 0.3, "qsgd4": 1.0, "topk": 1.0, "gradiveq": 1.0}
+          "topk": "topk 1% + EF", "gradiveq": "gradiveq", "powersgd": "powersgd r=4"}
+target = {"qsgd8": 0.3, "qsgd4": 1.0, "topk": 1.0, "gradiveq": 1.0, "powersgd": 1.0}
 runs = {}
 for n in names:
     try:
