@@ -207,6 +207,26 @@ static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, s
     return make_path(pol, best_algo, best_codec);
 }
 
+/*
+ * ZIPCCL_AUTO_POWERSGD=1: PowerSGD instead of @p best (auto's choice among the stateless
+ * codecs and raw) where it pays (powersgd_pays) and models at least RAW_MIN_GAIN faster.
+ * Its ratio is not an estimate: the factors' size follows from the count alone, so it is
+ * exactly what past calls of the tensor sent, whatever the gradients hold; its speeds are
+ * measured at init (measure.c: one power iteration and one expansion). Off by default:
+ * error feedback and a warm-up change what the optimiser sees, the user's call.
+ */
+static zc_path_t powersgd_auto(const zc_policy_t *pol, size_t count, double elem,
+                               const zc_path_t *best)
+{
+    int take = pol->auto_powersgd && powersgd_pays(pol, count) &&
+               powersgd_cost(pol, (double)count) <
+                   (1.0 - RAW_MIN_GAIN) *
+                       path_cost(pol, best->algo, best->params.codec, (double)count, elem);
+    /* made afresh either way: a struct copy need not copy padding, which callers compare */
+    return take ? make_path(pol, ZC_ALGO_POWERSGD, ZC_CODEC_POWERSGD)
+                : make_path(pol, best->algo, best->params.codec);
+}
+
 zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t op)
 {
     if (!eligible(pol, count, dtype, op))
@@ -247,9 +267,10 @@ zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtyp
      * On f16 and bf16 input the bf16 codec would send as many bytes as the
      * raw ring (and round f16's mantissa away): only qsgd can gain there.
      */
-    if (elem == 2.0)
-        return cheapest(pol, auto_codecs + 1, 1, 1, n, elem);
-    return cheapest(pol, auto_codecs, ZC_ARRAY_SIZE(auto_codecs), 1, n, elem);
+    zc_path_t best = elem == 2.0
+                         ? cheapest(pol, auto_codecs + 1, 1, 1, n, elem)
+                         : cheapest(pol, auto_codecs, ZC_ARRAY_SIZE(auto_codecs), 1, n, elem);
+    return powersgd_auto(pol, count, elem, &best);
 }
 
 /* ---------------------------------------------------------------- configuration */
@@ -273,7 +294,8 @@ static void nominal_inputs(zc_policy_t *pol)
 unsigned zc_policy_codecs_in_play(const zc_policy_t *pol)
 {
     if (pol->codec_cfg == ZC_POLICY_CODEC_AUTO)
-        return 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD;
+        return 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD |
+               (pol->auto_powersgd ? 1u << ZC_CODEC_POWERSGD : 0u);
     return 1u << pol->codec_cfg;
 }
 
@@ -297,6 +319,7 @@ zc_status_t zc_policy_configure(zc_policy_t *pol, const zc_config_t *cfg, int nr
     p.codec_cfg = (int)cfg->codec;
     p.algo_cfg = (int)cfg->algo;
     p.min_bytes = (size_t)cfg->min_bytes;
+    p.auto_powersgd = (int)cfg->auto_powersgd;
     if (p.codec_cfg < 0 || p.codec_cfg > ZC_POLICY_CODEC_AUTO || p.algo_cfg < 0 ||
         p.algo_cfg >= ZC_CFG_ALGO_COUNT) {
         ZC_ERROR("policy: ZIPCCL_CODEC index %d or ZIPCCL_ALGO index %d out of range", p.codec_cfg,

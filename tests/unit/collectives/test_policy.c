@@ -386,6 +386,60 @@ Test(policy, auto_never_picks_a_stateful_codec)
     }
 }
 
+/*
+ * ZIPCCL_AUTO_POWERSGD=1: on a slow link a large matrix goes to PowerSGD, whose cost is the
+ * formula of powersgd_cost with the exact factor size; a bias-sized tensor and a fast link
+ * do not; without the setting (the previous test's auto) it never is.
+ */
+Test(policy, auto_powersgd_only_when_asked_and_where_it_pays)
+{
+    zc_policy_t pol = slow_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    pol.auto_powersgd = 1;
+    /* speeds of the order codec_bench measures for it here (docs/results.md) */
+    pol.in.enc_bw[ZC_CODEC_POWERSGD] = 4e9;
+    pol.in.dec_bw[ZC_CODEC_POWERSGD] = 8e9;
+    cr_assert(zc_policy_codecs_in_play(&pol) & 1u << ZC_CODEC_POWERSGD);
+    const size_t n = 784 * 512; /* 784 x 512: factors (784 + 512) 4 + 1 values */
+    const double B = 4.0 * n, F = 4.0 * ((784 + 512) * 4 + 1), r = 4;
+    const zc_policy_inputs_t *in = &pol.in;
+    double want = B / in->enc_bw[ZC_CODEC_POWERSGD] + B / in->dec_bw[ZC_CODEC_POWERSGD] +
+                  4 * (r - 1) * in->link_lat + 2 * (r - 1) * F / (r * in->link_bw) +
+                  (r - 1) * F / (r * in->add_bw);
+    double got = zc_policy_cost(&pol, ZC_ALGO_POWERSGD, ZC_CODEC_POWERSGD, 4 * n);
+    cr_assert_float_eq(got, want, want * 1e-12);
+    cr_assert(isinf(zc_policy_cost(&pol, ZC_ALGO_POWERSGD, ZC_CODEC_QSGD, 4 * n)));
+    zc_path_t p = zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert(p.algo == ZC_ALGO_POWERSGD && p.params.codec == ZC_CODEC_POWERSGD, "auto chose %s %s",
+              zc_algo_name(p.algo), zc_codec_name(p.params.codec));
+    cr_assert_eq(p.params.powersgd.rank, 4);
+    /* 40 values: a rank-4 view of a 8 x 5 matrix sends more than it saves */
+    pol.min_bytes = 0;
+    p = zc_policy_choose(&pol, 40, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert_neq(p.algo, ZC_ALGO_POWERSGD);
+    pol = fast_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    pol.auto_powersgd = 1;
+    cr_assert_neq(zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM).algo, ZC_ALGO_POWERSGD);
+    pol = slow_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    cr_assert_neq(zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM).algo, ZC_ALGO_POWERSGD);
+    cr_assert_eq(zc_policy_codecs_in_play(&pol) & 1u << ZC_CODEC_POWERSGD, 0);
+}
+
+/* ZIPCCL_CODEC=powersgd: its own algorithm, tensors too small for a rank-4 view raw. */
+Test(policy, codec_powersgd_runs_its_algorithm)
+{
+    zc_policy_t pol = fast_link(4, ZC_CODEC_POWERSGD, ZC_POLICY_ALGO_AUTO);
+    zc_path_t p = zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert(p.algo == ZC_ALGO_POWERSGD && p.params.codec == ZC_CODEC_POWERSGD);
+    p = zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_BF16, ZC_OP_AVG);
+    cr_assert(p.algo == ZC_ALGO_POWERSGD);
+    pol.min_bytes = 0;
+    assert_raw(zc_policy_choose(&pol, 256, ZC_DTYPE_F32, ZC_OP_SUM), "256 values, rank 4");
+    assert_raw(zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_F32, ZC_OP_MAX), "max");
+    cr_assert(zc_policy_supports(ZC_ALGO_POWERSGD, ZC_CODEC_POWERSGD));
+    cr_assert(!zc_policy_supports(ZC_ALGO_COMPRESSED_RING, ZC_CODEC_POWERSGD));
+    cr_assert_str_eq(zc_algo_name(ZC_ALGO_POWERSGD), "powersgd");
+}
+
 Test(policy, fixed_codec_with_auto_algo_runs_raw_when_raw_is_cheaper)
 {
     zc_policy_t pol = fast_link(4, ZC_CODEC_QSGD, ZC_POLICY_ALGO_AUTO);
