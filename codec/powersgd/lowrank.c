@@ -5,8 +5,8 @@
  * by CPU type and thread count, and the orthonormalisation and the final
  * product must give the same bits on every rank. Products are streamed row by
  * row of M (read once per product) with Q^T (r x C) kept in cache; the dot
- * products of P = M Q use 8 partial sums in a fixed order, which the compiler
- * vectorizes without reassociating anything.
+ * products of P = M Q sum in 16 lanes in a fixed order (GCC vectors, one clone
+ * per CPU level: ZC_WIDE_CLONES), so nothing is reassociated.
  */
 #include "codec/powersgd/powersgd.h"
 #include "common/compiler.h"
@@ -17,7 +17,16 @@
 
 /* Columns of M per block of the expansion: the row buffer stays on the stack. */
 #define EXPAND_BLOCK 512
-#define DOT_LANES 8
+#define LANES 16
+
+/*
+ * 16 floats: GCC's vector extension, split into the clone's widest registers
+ * (ZC_WIDE_CLONES). Each lane's sum is the same sequence of additions in every
+ * clone (C11: no contraction), so every CPU level gives the same bits.
+ */
+typedef float psgd_vec_t __attribute__((vector_size(LANES * sizeof(float))));
+#define VLOAD(v, p) memcpy(&(v), (p), sizeof(psgd_vec_t))
+#define VSTORE(p, v) memcpy((p), &(v), sizeof(psgd_vec_t))
 
 void zc_powersgd_shape(uint64_t count, uint32_t rank, zc_powersgd_shape_t *shape_p)
 {
@@ -55,23 +64,32 @@ static size_t row_len(const zc_powersgd_shape_t *s, uint64_t count, uint64_t i)
     return (size_t)(left < s->cols ? left : s->cols);
 }
 
-static float dot(const float *a, const float *b, size_t n)
+/*
+ * The dot product of @p n values in 16 lanes: lane l sums the products j = l mod
+ * 16 in index order (the tail's included), then the lanes are added in order.
+ */
+static inline float dot(const float *a, const float *b, size_t n)
 {
-    float lane[DOT_LANES] = {0};
+    psgd_vec_t acc = {0};
     size_t j = 0;
-    for (; j + DOT_LANES <= n; j += DOT_LANES)
-        for (int l = 0; l < DOT_LANES; l++)
-            lane[l] += a[j + l] * b[j + l];
+    for (; j + LANES <= n; j += LANES) {
+        psgd_vec_t x, y;
+        VLOAD(x, a + j);
+        VLOAD(y, b + j);
+        acc += x * y;
+    }
+    float lane[LANES];
+    memcpy(lane, &acc, sizeof(lane));
     for (int l = 0; j < n; j++, l++)
         lane[l] += a[j] * b[j];
     float sum = 0;
-    for (int l = 0; l < DOT_LANES; l++)
+    for (int l = 0; l < LANES; l++)
         sum += lane[l];
     return sum;
 }
 
-void zc_powersgd_project(const zc_powersgd_shape_t *s, const float *m, uint64_t count,
-                         const float *qt, float *p)
+ZC_WIDE_CLONES void zc_powersgd_project(const zc_powersgd_shape_t *s, const float *m,
+                                        uint64_t count, const float *qt, float *p)
 {
     const uint32_t r = s->rank;
     for (uint64_t i = 0; i < s->rows; i++) {
@@ -82,20 +100,31 @@ void zc_powersgd_project(const zc_powersgd_shape_t *s, const float *m, uint64_t 
     }
 }
 
-void zc_powersgd_back(const zc_powersgd_shape_t *s, const float *m, uint64_t count, const float *p,
-                      float *qt)
+/* @p dst[0..n) += @p a @p x[0..n), value by value. */
+static inline void axpy(float *dst, float a, const float *x, size_t n)
+{
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        psgd_vec_t v, w;
+        VLOAD(v, dst + j);
+        VLOAD(w, x + j);
+        v += a * w;
+        VSTORE(dst + j, v);
+    }
+    for (; j < n; j++)
+        dst[j] += a * x[j];
+}
+
+ZC_WIDE_CLONES void zc_powersgd_back(const zc_powersgd_shape_t *s, const float *m, uint64_t count,
+                                     const float *p, float *qt)
 {
     const uint32_t r = s->rank;
     memset(qt, 0, (size_t)r * s->cols * sizeof(float));
     for (uint64_t i = 0; i < s->rows; i++) {
         const float *row = m + i * s->cols;
         const size_t len = row_len(s, count, i);
-        for (uint32_t k = 0; k < r; k++) {
-            const float a = p[i * r + k];
-            float *q = qt + (size_t)k * s->cols;
-            for (size_t j = 0; j < len; j++)
-                q[j] += a * row[j];
-        }
+        for (uint32_t k = 0; k < r; k++)
+            axpy(qt + (size_t)k * s->cols, p[i * r + k], row, len);
     }
 }
 
@@ -127,8 +156,8 @@ void zc_powersgd_orthonormalise(const zc_powersgd_shape_t *s, float *p)
     }
 }
 
-void zc_powersgd_expand(const zc_powersgd_shape_t *s, const float *p, const float *qt,
-                        uint64_t count, float alpha, float *dst)
+ZC_WIDE_CLONES void zc_powersgd_expand(const zc_powersgd_shape_t *s, const float *p,
+                                       const float *qt, uint64_t count, float alpha, float *dst)
 {
     const uint32_t r = s->rank;
     float acc[EXPAND_BLOCK];
@@ -139,14 +168,9 @@ void zc_powersgd_expand(const zc_powersgd_shape_t *s, const float *p, const floa
         for (size_t j0 = 0; j0 < len; j0 += EXPAND_BLOCK) {
             const size_t n = ZC_MIN((size_t)EXPAND_BLOCK, len - j0);
             memset(acc, 0, n * sizeof(float));
-            for (uint32_t k = 0; k < r; k++) {
-                const float a = p[i * r + k];
-                const float *q = qt + (size_t)k * s->cols + j0;
-                for (size_t j = 0; j < n; j++)
-                    acc[j] += a * q[j];
-            }
-            for (size_t j = 0; j < n; j++)
-                out[j0 + j] += alpha * acc[j];
+            for (uint32_t k = 0; k < r; k++)
+                axpy(acc, p[i * r + k], qt + (size_t)k * s->cols + j0, n);
+            axpy(out + j0, alpha, acc, n);
         }
     }
 }
@@ -179,18 +203,21 @@ unsigned zc_powersgd_fill(const zc_powersgd_shape_t *s, float *qt, uint32_t draw
     return drawn;
 }
 
-int zc_powersgd_finite(const float *x, uint64_t n)
+ZC_WIDE_CLONES int zc_powersgd_finite(const float *x, uint64_t n)
 {
-    /* x - x is 0 for finite x and NaN otherwise: a branch-free pass in 8 lanes */
-    float lane[DOT_LANES] = {0};
+    /* x - x is 0 for finite x and NaN otherwise: a branch-free pass in 16 lanes */
+    psgd_vec_t acc = {0};
     uint64_t i = 0;
-    for (; i + DOT_LANES <= n; i += DOT_LANES)
-        for (int l = 0; l < DOT_LANES; l++)
-            lane[l] += x[i + l] - x[i + l];
-    for (int l = 0; i < n; i++, l++)
-        lane[l] += x[i] - x[i];
-    float acc = 0;
-    for (int l = 0; l < DOT_LANES; l++)
-        acc += lane[l];
-    return acc == 0;
+    for (; i + LANES <= n; i += LANES) {
+        psgd_vec_t v;
+        VLOAD(v, x + i);
+        acc += v - v;
+    }
+    float lane[LANES], sum = 0;
+    memcpy(lane, &acc, sizeof(lane));
+    for (; i < n; i++)
+        sum += x[i] - x[i];
+    for (int l = 0; l < LANES; l++)
+        sum += lane[l];
+    return sum == 0;
 }
