@@ -31,6 +31,7 @@
 
 #include "codec/powersgd/powersgd.h"
 #include "common/half.h"
+#include "common/philox.h"
 #include "common/timer.h"
 
 #include <zipccl/zipccl.h>
@@ -63,19 +64,15 @@ static double lowrank_tol(void)
     return 8 * gamma_n(ROWS + nranks);
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= UINT64_C(0xbf58476d1ce4e5b9);
-    x ^= x >> 27;
-    x *= UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
-
-/* Uniform in [-1, 1) from (stream, index): every rank can regenerate any rank's values. */
+/* Uniform in [-1, 1) from (stream, index), Philox: every rank can regenerate any rank's values. */
 static double uni(uint64_t stream, uint64_t i)
 {
-    return (double)(mix64(stream * UINT64_C(0x9e3779b97f4a7c15) + i) >> 11) * 0x1p-52 - 1.0;
+    static const uint32_t key[2] = {0x70736764, 0x74657374};
+    const uint32_t ctr[4] = {(uint32_t)i, (uint32_t)(i >> 32), (uint32_t)stream,
+                             (uint32_t)(stream >> 32)};
+    uint32_t out[4];
+    zc_philox4x32_10(ctr, key, out);
+    return (double)((uint64_t)out[0] << 21 ^ out[1] >> 11) * 0x1p-52 - 1.0;
 }
 
 static uint64_t fnv1a64(const void *buf, size_t len)
@@ -196,14 +193,36 @@ static int call(const float *send, float *recv, uint64_t key, zc_redop_t op, con
     return same_on_every_rank(recv, COUNT * sizeof(float), what);
 }
 
+/* The buffers of a rank (ranks_main's). */
+static float *x, *y, *tmp;
+static double *ref;
+
+/*
+ * Call @p c of tensor @p key on low-rank input of @p stream: the result must be the exact
+ * sum (or average) to lowrank_tol.
+ */
+static int lowrank_call(int rank, uint64_t key, uint64_t stream, int c, zc_redop_t op,
+                        const char *what)
+{
+    lowrank_input(x, rank, stream, c);
+    if (call(x, y, key, op, what))
+        return 1;
+    exact_sum(ref, lowrank_input, stream, c, tmp);
+    double e = rel_err(y, ref, op == ZC_OP_AVG ? nranks : 1.0);
+    CHECK(e <= lowrank_tol(), "%s: relative error %.3g > %.3g", what, e, lowrank_tol());
+    return 0;
+}
+
 static int ranks_main(int rank, int size, void *arg)
 {
     (void)arg;
     if (start_rank(rank, size))
         return 1;
-    float *x = malloc(COUNT * sizeof(float)), *y = malloc(COUNT * sizeof(float));
-    float *tmp = malloc(COUNT * sizeof(float));
-    double *ref = malloc(COUNT * sizeof(double)), *total = calloc(COUNT, sizeof(double));
+    x = malloc(COUNT * sizeof(float));
+    y = malloc(COUNT * sizeof(float));
+    tmp = malloc(COUNT * sizeof(float));
+    ref = malloc(COUNT * sizeof(double));
+    double *total = calloc(COUNT, sizeof(double));
     double *got_total = calloc(COUNT, sizeof(double));
     uint16_t *h = malloc(COUNT * 2), *hy = malloc(COUNT * 2);
     CHECK(x && y && tmp && ref && total && got_total && h && hy, "out of memory");
@@ -230,14 +249,9 @@ static int ranks_main(int rank, int size, void *arg)
 
     /* tensor A, compressed: low-rank input is exact, sum and avg */
     for (int c = 0; c < 4; c++) {
-        zc_redop_t op = c % 2 ? ZC_OP_AVG : ZC_OP_SUM;
-        lowrank_input(x, rank, 2, c);
         snprintf(what, sizeof(what), "tensor A low-rank call %d (%s)", c, c % 2 ? "avg" : "sum");
-        if (call(x, y, 1, op, what))
+        if (lowrank_call(rank, 1, 2, c, c % 2 ? ZC_OP_AVG : ZC_OP_SUM, what))
             return 1;
-        exact_sum(ref, lowrank_input, 2, c, tmp);
-        double e = rel_err(y, ref, op == ZC_OP_AVG ? nranks : 1.0);
-        CHECK(e <= lowrank_tol(), "%s: relative error %.3g > %.3g", what, e, lowrank_tol());
     }
     CHECK(zc_comm_stats(comm, &st) == ZC_OK, "stats");
     /*
@@ -305,13 +319,9 @@ static int ranks_main(int rank, int size, void *arg)
             CHECK(e <= sum_tol, "%s: relative error %.3g (its warm-up is not raw)", what, e);
         /* interleaved: tensor A keeps being exact on low-rank input */
         if (c % 10 == 9) {
-            lowrank_input(x, rank, 2, c);
             snprintf(what, sizeof(what), "tensor A between B's calls (%d)", c);
-            if (call(x, y, 1, ZC_OP_SUM, what))
+            if (lowrank_call(rank, 1, 2, c, ZC_OP_SUM, what))
                 return 1;
-            exact_sum(ref, lowrank_input, 2, c, tmp);
-            double ea = rel_err(y, ref, 1.0);
-            CHECK(ea <= lowrank_tol(), "%s: relative error %.3g > %.3g", what, ea, lowrank_tol());
         }
     }
     /* error feedback: sum of results + sum over ranks of residuals = sum of inputs */
@@ -363,13 +373,9 @@ static int ranks_main(int rank, int size, void *arg)
     }
     CHECK(sqrt(e2 / n2) <= lowrank_tol(), "the finite values are %.3g off", sqrt(e2 / n2));
     for (int c = 11; c < 14; c++) {
-        lowrank_input(x, rank, 6, c);
         snprintf(what, sizeof(what), "tensor C call %d after the NaN", c);
-        if (call(x, y, 3, ZC_OP_SUM, what))
+        if (lowrank_call(rank, 3, 6, c, ZC_OP_SUM, what))
             return 1;
-        exact_sum(ref, lowrank_input, 6, c, tmp);
-        double e = rel_err(y, ref, 1.0);
-        CHECK(e <= lowrank_tol(), "%s: relative error %.3g > %.3g", what, e, lowrank_tol());
     }
     CHECK(zc_comm_stats(comm, &st) == ZC_OK, "stats");
     CHECK(isfinite(st.residual_norm), "a residual holds %g", st.residual_norm);
