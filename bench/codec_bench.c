@@ -49,6 +49,7 @@ typedef struct setting {
     double topk_density;
     zc_topk_values_t topk_values;
     uint32_t gradiveq_dim;
+    uint32_t powersgd_rank;
     int checksum; /* ZIPCCL_CHECKSUM: a CRC-32C trailer */
 } setting_t;
 
@@ -89,6 +90,9 @@ static const setting_t settings[] = {
     {.name = "qsgd-int-8bit-d512", .codec = ZC_CODEC_QSGD_INT, .qsgd_bits = 8},
     {.name = "gradiveq-K64-d8", .codec = ZC_CODEC_GRADIVEQ, .gradiveq_dim = 8},
     {.name = "gradiveq-K64-e0.99", .codec = ZC_CODEC_GRADIVEQ},
+    /* one rank's power iteration (with error feedback) and expansion: the compute of a call */
+    {.name = "powersgd-r4-ef", .codec = ZC_CODEC_POWERSGD, .powersgd_rank = 4},
+    {.name = "powersgd-r16-ef", .codec = ZC_CODEC_POWERSGD, .powersgd_rank = 16},
 };
 
 static zc_codec_params_t setting_params(const setting_t *st)
@@ -113,6 +117,8 @@ static zc_codec_params_t setting_params(const setting_t *st)
     p.gradiveq.dim = st->gradiveq_dim;
     p.gradiveq.ranks = 2;  /* reduce sums a payload with itself: two contributions */
     p.gradiveq_warmup = 1; /* one update learns the basis every timed encode uses */
+    if (st->powersgd_rank)
+        p.powersgd.rank = st->powersgd_rank;
     p.checksum = (uint32_t)st->checksum;
     return p;
 }

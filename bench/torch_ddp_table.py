@@ -3,7 +3,8 @@
 PyTorch's fp16_compress_hook and powerSGD_hook, and zipccl's hook, in one run.
 
     PYTHONPATH=python /usr/bin/python3 bench/torch_ddp_table.py [--nproc 4] [--epochs 5]
-        [--train-limit 20000] [--test-limit 0] [--methods gloo,fp16,powersgd,qsgd8,qsgd4,topk]
+        [--train-limit 20000] [--test-limit 0]
+        [--methods gloo,fp16,powersgd,qsgd8,qsgd4,topk,zpowersgd]
         [--out DIR]
 
 Each method is one training of the same model from the same seed on the same data order; the
@@ -43,6 +44,8 @@ METHODS = {
                                             '4']),
     'topk': ('zipccl hook, top-k 1% + error feedback', ['--hook', 'zipccl', '--codec', 'topk',
                                                         '--density', '0.01']),
+    'zpowersgd': ('zipccl hook, PowerSGD rank 4', ['--hook', 'zipccl', '--codec', 'powersgd',
+                                                   '--rank', '4']),
     'fp16z': ('zipccl hook, fp16', ['--hook', 'zipccl', '--codec', 'fp16']),
     'auto': ('zipccl hook, auto', ['--hook', 'zipccl', '--codec', 'auto']),
 }
@@ -107,7 +110,7 @@ def main():
     ap.add_argument('--train-limit', type=int, default=20000)
     ap.add_argument('--test-limit', type=int, default=0)
     ap.add_argument('--batch', type=int, default=128)
-    ap.add_argument('--methods', default='gloo,fp16,powersgd,qsgd8,qsgd4,topk',
+    ap.add_argument('--methods', default='gloo,fp16,powersgd,qsgd8,qsgd4,topk,zpowersgd',
                     help='comma-separated: ' + ', '.join(METHODS))
     ap.add_argument('--deadline', type=float, default=1200, help='seconds per training')
     ap.add_argument('--out', default=None, help='folder for the JSON, logs and table.md')

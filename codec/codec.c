@@ -18,7 +18,8 @@
     X(ZC_CODEC_BF16, zc_codec_bf16_ops)                                                            \
     X(ZC_CODEC_TOPK, zc_codec_topk_ops)                                                            \
     X(ZC_CODEC_GRADIVEQ, zc_codec_gradiveq_ops)                                                    \
-    X(ZC_CODEC_QSGD_INT, zc_codec_qsgd_int_ops)
+    X(ZC_CODEC_QSGD_INT, zc_codec_qsgd_int_ops)                                                    \
+    X(ZC_CODEC_POWERSGD, zc_codec_powersgd_ops)
 
 #define DECLARE_OPS(id, ops) extern const zc_codec_ops_t ops;
 ZC_CODEC_REGISTRY(DECLARE_OPS)

@@ -14,6 +14,7 @@ typedef enum zc_algo_id {
     ZC_ALGO_COMPRESSED_RING, /* compressed_ring.c: payloads of a linear codec summed on a ring */
     ZC_ALGO_ALLGATHER,       /* allgather.c: compressed all-gather, every rank decodes all */
     ZC_ALGO_SCATTER,         /* scatter.c: compressed scatter-reduce, then all-gather */
+    ZC_ALGO_POWERSGD,        /* powersgd.c: PowerSGD's P and Q summed on a ring, one op */
     ZC_ALGO_COUNT
 } zc_algo_id_t;
 

@@ -75,6 +75,7 @@ extern const zc_algo_t zc_algo_raw_ring;        /* raw_ring.c */
 extern const zc_algo_t zc_algo_compressed_ring; /* compressed_ring.c */
 extern const zc_algo_t zc_algo_allgather;       /* allgather.c */
 extern const zc_algo_t zc_algo_scatter;         /* scatter.c */
+extern const zc_algo_t zc_algo_powersgd;        /* powersgd.c */
 
 /* One all-reduce from zc_iallreduce to completion. */
 struct zc_request {

@@ -77,12 +77,16 @@ struct zc_coll_abort {
 /* One sampled call in this many measures the codec's error, when statistics are on. */
 #define ERROR_SAMPLE_PERIOD 16
 
+/* one line per algorithm */
+// clang-format off
 static const zc_algo_t *const algos[ZC_ALGO_COUNT] = {
     [ZC_ALGO_RAW_RING] = &zc_algo_raw_ring,
     [ZC_ALGO_COMPRESSED_RING] = &zc_algo_compressed_ring,
     [ZC_ALGO_ALLGATHER] = &zc_algo_allgather,
     [ZC_ALGO_SCATTER] = &zc_algo_scatter,
+    [ZC_ALGO_POWERSGD] = &zc_algo_powersgd,
 };
+// clang-format on
 
 static uint64_t default_key(const void *sendbuf, size_t count)
 {

@@ -11,6 +11,7 @@
  */
 #include "collectives/policy.h"
 #include "codec/codec.h"
+#include "codec/powersgd/powersgd.h"
 #include "common/compiler.h"
 #include "common/log.h"
 
@@ -54,6 +55,7 @@ int zc_policy_supports(zc_algo_id_t algo, zc_codec_id_t codec)
     case ZC_ALGO_COMPRESSED_RING: return (zc_codec_caps(codec) & ZC_CODEC_CAP_LINEAR) != 0;
     case ZC_ALGO_ALLGATHER:
     case ZC_ALGO_SCATTER: return 1;
+    case ZC_ALGO_POWERSGD: return codec == ZC_CODEC_POWERSGD;
     default: return 0;
     }
 }
@@ -61,10 +63,9 @@ int zc_policy_supports(zc_algo_id_t algo, zc_codec_id_t codec)
 const char *zc_algo_name(zc_algo_id_t algo)
 {
     static const char *const names[ZC_ALGO_COUNT] = {
-        [ZC_ALGO_RAW_RING] = "raw",
-        [ZC_ALGO_COMPRESSED_RING] = "ring",
-        [ZC_ALGO_ALLGATHER] = "allgather",
-        [ZC_ALGO_SCATTER] = "scatter",
+        [ZC_ALGO_RAW_RING] = "raw",        [ZC_ALGO_COMPRESSED_RING] = "ring",
+        [ZC_ALGO_ALLGATHER] = "allgather", [ZC_ALGO_SCATTER] = "scatter",
+        [ZC_ALGO_POWERSGD] = "powersgd",
     };
     return (unsigned)algo < ZC_ALGO_COUNT ? names[algo] : NULL;
 }
@@ -79,6 +80,36 @@ zc_algo_id_t zc_algo_from_choice(int algo_choice)
 }
 
 /* ---------------------------------------------------------------- cost model */
+
+/*
+ * PowerSGD (collectives/powersgd.c) on @p count values: P = M Q and Q = M^T P
+ * (encode speed), then P Q^T (decode speed) over the f32 input, and two ring
+ * rounds of (R r + 1) and C r values: each 2 (n-1) steps of a 1/n segment.
+ * Its ratio is exact, from the matrix view of the count: no data needed.
+ */
+static double powersgd_cost(const zc_policy_t *pol, double count)
+{
+    const zc_policy_inputs_t *in = &pol->in;
+    const double n = pol->nranks, W = in->link_bw, L = in->link_lat, B = 4.0 * count;
+    zc_powersgd_shape_t s;
+
+    zc_powersgd_shape((uint64_t)count, pol->params[ZC_CODEC_POWERSGD].powersgd.rank, &s);
+    const double factors = 4.0 * (double)(zc_powersgd_factor_values(&s) + 1);
+    return B / in->enc_bw[ZC_CODEC_POWERSGD] + B / in->dec_bw[ZC_CODEC_POWERSGD] +
+           4.0 * (n - 1.0) * L + 2.0 * (n - 1.0) * factors / (n * W) +
+           (n - 1.0) * factors / (n * in->add_bw);
+}
+
+/*
+ * Whether PowerSGD sends less than half of @p count values: a tensor too
+ * small or too thin for a rank-r view to pay (a bias, a 1-D tensor) goes raw.
+ */
+static int powersgd_pays(const zc_policy_t *pol, size_t count)
+{
+    zc_powersgd_shape_t s;
+    zc_powersgd_shape(count, pol->params[ZC_CODEC_POWERSGD].powersgd.rank, &s);
+    return s.rows >= 2 && s.cols >= 2 && 2 * (zc_powersgd_factor_values(&s) + 1) <= count;
+}
 
 /*
  * Modelled seconds of @p algo with @p codec on @p count values whose raw form
@@ -98,6 +129,8 @@ static double path_cost_r(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id
         return INFINITY;
     if (algo == ZC_ALGO_RAW_RING)
         return 2.0 * (n - 1.0) * (L + count * elem / (n * W)) + (n - 1.0) * B / (n * in->add_bw);
+    if (algo == ZC_ALGO_POWERSGD)
+        return powersgd_cost(pol, count);
 
     const double r = learned && learned[codec] > 0 ? learned[codec] : in->ratio[codec];
     const double E = in->enc_bw[codec], D = in->dec_bw[codec];
@@ -184,6 +217,26 @@ static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, s
     return make_path(pol, best_algo, best_codec);
 }
 
+/*
+ * ZIPCCL_AUTO_LOWRANK=1: PowerSGD instead of @p best (auto's choice among the stateless
+ * codecs and raw) where it pays (powersgd_pays) and models at least RAW_MIN_GAIN faster.
+ * Its ratio is not an estimate: the factors' size follows from the count alone, so it is
+ * exactly what past calls of the tensor sent, whatever the gradients hold; its speeds are
+ * measured at init (measure.c: one power iteration and one expansion). Off by default:
+ * error feedback and a warm-up change what the optimiser sees, the user's call.
+ */
+static zc_path_t powersgd_auto(const zc_policy_t *pol, size_t count, double elem,
+                               const zc_path_t *best)
+{
+    int take = pol->auto_lowrank && powersgd_pays(pol, count) &&
+               powersgd_cost(pol, (double)count) <
+                   (1.0 - RAW_MIN_GAIN) *
+                       path_cost(pol, best->algo, best->params.codec, (double)count, elem);
+    /* made afresh either way: a struct copy need not copy padding, which callers compare */
+    return take ? make_path(pol, ZC_ALGO_POWERSGD, ZC_CODEC_POWERSGD)
+                : make_path(pol, best->algo, best->params.codec);
+}
+
 zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t op)
 {
     return zc_policy_choose_learned(pol, count, dtype, op, NULL);
@@ -197,6 +250,9 @@ zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtyp
 
     const double n = (double)count, elem = (double)zc_dtype_size(dtype);
 
+    if (pol->codec_cfg == ZC_CODEC_POWERSGD && pol->algo_cfg == ZC_POLICY_ALGO_AUTO)
+        return make_path(pol, powersgd_pays(pol, count) ? ZC_ALGO_POWERSGD : ZC_ALGO_RAW_RING,
+                         powersgd_pays(pol, count) ? ZC_CODEC_POWERSGD : ZC_CODEC_NONE);
     if (pol->codec_cfg != ZC_POLICY_CODEC_AUTO) {
         const zc_codec_id_t codec = (zc_codec_id_t)pol->codec_cfg;
         if (pol->algo_cfg != ZC_POLICY_ALGO_AUTO) {
@@ -230,14 +286,15 @@ zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtyp
     if (pol->nranks < 2)
         return make_path(pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE);
     /*
-     * Auto considers the stateless codecs, and the codecs that learn their
-     * ratio from the tensor (GradiVeQ), by the ratio they learned: a tensor
-     * the caller follows (@p learned non-NULL) that has none yet runs such a
-     * codec first, its warm-up raw calls exact and learned from. Top-k keeps
-     * an error-feedback residual that changes what the optimiser sees: the
-     * user's call (ZIPCCL_CODEC), not the cost model's.
+     * Auto considers the stateless codecs; with ZIPCCL_AUTO_LOWRANK=1 also the
+     * codecs that learn their ratio from the tensor (GradiVeQ), by the ratio
+     * they learned: a tensor the caller follows (@p learned non-NULL) that has
+     * none yet runs such a codec first, its warm-up raw calls exact and learned
+     * from; and PowerSGD (powersgd_auto). Top-k, and the low-rank methods
+     * unless asked for, change what the optimiser sees: the user's call
+     * (ZIPCCL_CODEC), not the cost model's.
      */
-    for (int c = 0; learned && c < ZC_CODEC_COUNT; c++) {
+    for (int c = 0; pol->auto_lowrank && learned && c < ZC_CODEC_COUNT; c++) {
         const zc_algo_id_t ring = ZC_ALGO_COMPRESSED_RING;
         if (zc_codec_learns_ratio((zc_codec_id_t)c) && !(learned[c] > 0) &&
             (pol->algo_cfg == ZC_POLICY_ALGO_AUTO || zc_algo_from_choice(pol->algo_cfg) == ring))
@@ -247,7 +304,7 @@ zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtyp
                                                      ZC_CODEC_QSGD_INT};
     size_t ncodecs = 3;
     /* and those that learned their ratio on this tensor's gradients, weighed by it */
-    for (int c = 0; learned && c < ZC_CODEC_COUNT; c++)
+    for (int c = 0; pol->auto_lowrank && learned && c < ZC_CODEC_COUNT; c++)
         if (learned[c] > 0 && zc_codec_learns_ratio((zc_codec_id_t)c))
             auto_codecs[ncodecs++] = (zc_codec_id_t)c;
     /*
@@ -255,9 +312,9 @@ zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtyp
      * raw ring (and round f16's mantissa away): only qsgd (and qsgd-int) can
      * gain there.
      */
-    if (elem == 2.0)
-        return cheapest(pol, auto_codecs + 1, ncodecs - 1, 1, n, elem, learned);
-    return cheapest(pol, auto_codecs, ncodecs, 1, n, elem, learned);
+    zc_path_t best = elem == 2.0 ? cheapest(pol, auto_codecs + 1, ncodecs - 1, 1, n, elem, learned)
+                                 : cheapest(pol, auto_codecs, ncodecs, 1, n, elem, learned);
+    return powersgd_auto(pol, count, elem, &best);
 }
 
 /* ---------------------------------------------------------------- configuration */
@@ -282,7 +339,7 @@ unsigned zc_policy_codecs_in_play(const zc_policy_t *pol)
 {
     if (pol->codec_cfg == ZC_POLICY_CODEC_AUTO)
         return 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD | 1u << ZC_CODEC_QSGD_INT |
-               1u << ZC_CODEC_GRADIVEQ;
+               (pol->auto_lowrank ? 1u << ZC_CODEC_GRADIVEQ | 1u << ZC_CODEC_POWERSGD : 0u);
     /* qsgd with its ring twin qsgd-int: ZIPCCL_ALGO=ring runs it, auto considers it */
     const zc_codec_id_t twin = zc_codec_ring_codec((zc_codec_id_t)pol->codec_cfg);
     unsigned mask = 1u << pol->codec_cfg;
@@ -302,6 +359,7 @@ zc_status_t zc_policy_configure(zc_policy_t *pol, const zc_config_t *cfg, int nr
                        (int)ZC_CFG_CODEC_TOPK == (int)ZC_CODEC_TOPK &&
                        (int)ZC_CFG_CODEC_GRADIVEQ == (int)ZC_CODEC_GRADIVEQ &&
                        (int)ZC_CFG_CODEC_QSGD_INT == (int)ZC_CODEC_QSGD_INT &&
+                       (int)ZC_CFG_CODEC_POWERSGD == (int)ZC_CODEC_POWERSGD &&
                        (int)ZC_CFG_CODEC_AUTO == (int)ZC_CODEC_COUNT,
                    "ZIPCCL_CODEC's choices are the zc_codec_id_t values, then auto");
     zc_policy_t p;
@@ -313,6 +371,7 @@ zc_status_t zc_policy_configure(zc_policy_t *pol, const zc_config_t *cfg, int nr
     p.codec_cfg = (int)cfg->codec;
     p.algo_cfg = (int)cfg->algo;
     p.min_bytes = (size_t)cfg->min_bytes;
+    p.auto_lowrank = (int)cfg->auto_lowrank;
     if (p.codec_cfg < 0 || p.codec_cfg > ZC_POLICY_CODEC_AUTO || p.algo_cfg < 0 ||
         p.algo_cfg >= ZC_CFG_ALGO_COUNT) {
         ZC_ERROR("policy: ZIPCCL_CODEC index %d or ZIPCCL_ALGO index %d out of range", p.codec_cfg,

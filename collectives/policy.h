@@ -51,6 +51,7 @@ typedef struct zc_policy {
     int codec_cfg; /* ZIPCCL_CODEC index: a zc_codec_id_t, or ZC_POLICY_CODEC_AUTO */
     int algo_cfg;  /* ZIPCCL_ALGO index: ZC_POLICY_ALGO_AUTO or a ring/allgather/scatter choice */
     size_t min_bytes;
+    int auto_lowrank; /* ZIPCCL_AUTO_LOWRANK: auto may pick GradiVeQ and PowerSGD */
     zc_codec_params_t params[ZC_CODEC_COUNT]; /* from the configuration, ranks = nranks */
     zc_policy_inputs_t in;
     int measured; /* in holds measurements (auto) rather than defaults */

@@ -21,7 +21,8 @@
 /* zc_codec_id_t in order, then auto */
 #define ZC_CHOICES_CODEC(X, p) \
     X(p, NONE, "none") X(p, QSGD, "qsgd") X(p, FP16, "fp16") X(p, BF16, "bf16") \
-    X(p, TOPK, "topk") X(p, GRADIVEQ, "gradiveq") X(p, QSGD_INT, "qsgd-int") X(p, AUTO, "auto")
+    X(p, TOPK, "topk") X(p, GRADIVEQ, "gradiveq") X(p, QSGD_INT, "qsgd-int") \
+    X(p, POWERSGD, "powersgd") X(p, AUTO, "auto")
 /* the compressed algorithms a user can ask for: collectives/algo.h maps them */
 #define ZC_CHOICES_ALGO(X, p) \
     X(p, AUTO, "auto") X(p, RING, "ring") X(p, ALLGATHER, "allgather") X(p, SCATTER, "scatter")

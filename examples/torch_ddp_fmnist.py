@@ -8,7 +8,8 @@ compression hooks, or by zipccl's hook (zipccl.torch.comm_hook).
 (zipccl.torchrun is torch's torchrun, fixed for Debian 12's Python 3.11; see docs/python.md.)
 --hook: gloo (DDP's own all-reduce, no hook), fp16 (torch's fp16_compress_hook), powersgd
 (torch's powerSGD_hook, --rank 4, --powersgd-start vanilla steps first), zipccl (--codec none,
-fp16, bf16, qsgd (--bits), topk (--density), gradiveq or auto; --algo).
+fp16, bf16, qsgd (--bits), topk (--density), gradiveq, powersgd (--rank, --powersgd-start:
+the same as torch's hook gets) or auto; --algo).
 
 Every rank holds the model (784-512-256-10 MLP, ReLU, cross-entropy, SGD with momentum) and
 takes its 1/N of each global batch (the same order on every rank). Rank 0 prints the test
@@ -84,6 +85,10 @@ def setup_hook(args, model, counting):
         settings['qsgd_bits'] = args.bits
     if args.codec == 'topk':
         settings['topk_density'] = args.density
+    if args.codec == 'powersgd':
+        # the same rank and vanilla steps as torch's hook gets (--rank, --powersgd-start)
+        settings['powersgd_rank'] = args.rank
+        settings['powersgd_warmup'] = args.powersgd_start
     if args.algo:
         settings['algo'] = args.algo
     if args.min_bytes is not None:

@@ -12,6 +12,7 @@
  *   qsgd2     ZIPCCL_CODEC=qsgd, QSGD_BITS   allgather, scatter, auto
  *   topk      ZIPCCL_CODEC=topk, density 1%  allgather, scatter, auto
  *   gradiveq  ZIPCCL_CODEC=gradiveq, SLICE 64 DIM 8 (K/d = 8)   ring, allgather, scatter, auto
+ *   powersgd  ZIPCCL_CODEC=powersgd, rank 4, warm-up 1 call      its own algorithm (auto)
  *   auto      ZIPCCL_CODEC=auto ZIPCCL_ALGO=auto
  *
  *   cluster_rank [--sizes LIST] [--methods LIST] [--algos fixed,auto] [--budget S]
@@ -32,9 +33,10 @@
  * f16 (integers up to 2^11) and, up to 8 ranks, in bf16 (up to 2^8): MPI, the raw ring, fp16
  * and bf16 must give the exact sum (bf16 beyond 8 ranks: within a relative 2^-8 per rounding,
  * at most 2 N roundings). GradiVeQ's first call on a tensor has no basis yet and sends
- * raw f32 (codec/gradiveq/gradiveq.c, version 0): exact too. QSGD with the max scale rounds each
- * value to a neighbouring level k m / s of its bucket's largest magnitude m (docs/codecs.md), so
- * |Q(x_i) - x_i| <= m / s <= max|x| / s and the sum is off by at most N max|x| / s per value;
+ * raw f32 (codec/gradiveq/gradiveq.c, version 0): exact too, and so is PowerSGD's (its one
+ * warm-up call sums the tensor raw; the timed calls send P and Q). QSGD with the max scale rounds
+ * each value to a neighbouring level k m / s of its bucket's largest magnitude m (docs/codecs.md),
+ * so |Q(x_i) - x_i| <= m / s <= max|x| / s and the sum is off by at most N max|x| / s per value;
  * the scatter (and auto, which may pick it) re-encodes each shard's sum, whose magnitude is at
  * most N max|x| (1 + 1/s), adding at most that over s (docs/collectives.md, scatter). On the
  * ring (qsgd-int) every rank rounds to a level of the shared scale m <= max|x|: the same
@@ -77,7 +79,7 @@ typedef struct options {
 typedef struct method {
     const char *name;
     const char *codec; /* NULL: MPI_Allreduce */
-    const char *bits, *density, *gv_slice, *gv_dim;
+    const char *bits, *density, *gv_slice, *gv_dim, *psgd_warmup;
     const char *algos; /* fixed algorithms the codec supports (docs/collectives.md) */
     int exact;         /* the check call must give the exact sum */
     double levels;     /* qsgd bound: s; 0 when not qsgd */
@@ -85,18 +87,20 @@ typedef struct method {
 } method_t;
 
 static const method_t methods[] = {
-    {"mpi", NULL, NULL, NULL, NULL, NULL, "", 1, 0, 0},
-    {"raw", "none", NULL, NULL, NULL, NULL, "ring", 1, 0, 0},
-    {"fp16", "fp16", NULL, NULL, NULL, NULL, "ring,allgather,scatter", 1, 0, 0},
-    {"bf16", "bf16", NULL, NULL, NULL, NULL, "ring,allgather,scatter", 1, 0, 0},
+    {"mpi", NULL, NULL, NULL, NULL, NULL, NULL, "", 1, 0, 0},
+    {"raw", "none", NULL, NULL, NULL, NULL, NULL, "ring", 1, 0, 0},
+    {"fp16", "fp16", NULL, NULL, NULL, NULL, NULL, "ring,allgather,scatter", 1, 0, 0},
+    {"bf16", "bf16", NULL, NULL, NULL, NULL, NULL, "ring,allgather,scatter", 1, 0, 0},
     /* ZIPCCL_ALGO=ring runs qsgd as qsgd-int: scales shared, levels summed as integers */
-    {"qsgd8", "qsgd", "8", NULL, NULL, NULL, "allgather,scatter,ring", 0, 127, 0},
-    {"qsgd4", "qsgd", "4", NULL, NULL, NULL, "allgather,scatter,ring", 0, 7, 0},
-    {"qsgd2", "qsgd", "2", NULL, NULL, NULL, "allgather,scatter", 0, 1, 0},
-    {"topk", "topk", NULL, "0.01", NULL, NULL, "allgather,scatter", 0, 0, 1},
-    {"gradiveq", "gradiveq", NULL, NULL, "64", "8", "ring,allgather,scatter", 1, 0, 0},
+    {"qsgd8", "qsgd", "8", NULL, NULL, NULL, NULL, "allgather,scatter,ring", 0, 127, 0},
+    {"qsgd4", "qsgd", "4", NULL, NULL, NULL, NULL, "allgather,scatter,ring", 0, 7, 0},
+    {"qsgd2", "qsgd", "2", NULL, NULL, NULL, NULL, "allgather,scatter", 0, 1, 0},
+    {"topk", "topk", NULL, "0.01", NULL, NULL, NULL, "allgather,scatter", 0, 0, 1},
+    {"gradiveq", "gradiveq", NULL, NULL, "64", "8", NULL, "ring,allgather,scatter", 1, 0, 0},
+    /* its own algorithm, which ZIPCCL_ALGO=auto selects */
+    {"powersgd", "powersgd", NULL, NULL, NULL, NULL, "1", "", 1, 0, 0},
     /* ZIPCCL_QSGD_BITS default 4: s = 7 */
-    {"auto", "auto", NULL, NULL, NULL, NULL, "", 0, 7, 0},
+    {"auto", "auto", NULL, NULL, NULL, NULL, NULL, "", 0, 7, 0},
 };
 
 /* A communicator of every rank running @p m on @p algo; NULL (logged) on failure. */
@@ -106,7 +110,7 @@ static zc_comm_t *comm_create(const method_t *m, const char *algo)
         "ZIPCCL_CODEC", m->codec, "ZIPCCL_ALGO", algo, "ZIPCCL_QSGD_BITS", m->bits,
         /* the environment's level count would override the method's bits */
         "ZIPCCL_QSGD_LEVELS", "auto", "ZIPCCL_TOPK_DENSITY", m->density, "ZIPCCL_GRADIVEQ_SLICE",
-        m->gv_slice, "ZIPCCL_GRADIVEQ_DIM", m->gv_dim,
+        m->gv_slice, "ZIPCCL_GRADIVEQ_DIM", m->gv_dim, "ZIPCCL_POWERSGD_WARMUP", m->psgd_warmup,
         /* the check call is raw and learned from; then every 20th call raw (the default) */
         "ZIPCCL_GRADIVEQ_WARMUP", "1", NULL};
     return bench_mpi_comm("cluster_rank", settings);
@@ -305,7 +309,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: mpirun ... cluster_rank [--sizes 64K,1M,64M] [--methods mpi,raw,...]\n"
                "                   [--algos fixed,auto] [--budget S] [--min-iters N]"
                " [--max-iters N] [--json FILE]\n"
-               "  methods: mpi raw fp16 bf16 qsgd8 qsgd4 qsgd2 topk gradiveq auto\n");
+               "  methods: mpi raw fp16 bf16 qsgd8 qsgd4 qsgd2 topk gradiveq powersgd auto\n");
 }
 
 static int parse_args(int argc, char **argv, options_t *o)

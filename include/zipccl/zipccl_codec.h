@@ -60,6 +60,7 @@ typedef enum zc_codec_id {
     ZC_CODEC_TOPK = 4,     /**< gradient dropping with error feedback (Aji & Heafield 2017) */
     ZC_CODEC_GRADIVEQ = 5, /**< PCA projection of slices, summed compressed (Yu et al. 2018) */
     ZC_CODEC_QSGD_INT = 6, /**< QSGD levels of a scale shared by all ranks, summed as integers */
+    ZC_CODEC_POWERSGD = 7, /**< rank-r power iteration with error feedback (Vogels et al. 2019) */
     ZC_CODEC_COUNT
 } zc_codec_id_t;
 
@@ -151,6 +152,15 @@ typedef struct zc_codec_params {
         uint32_t ranks;        /**< N, 1..2^14: payloads summed; sizes the bound */
         int error_feedback;    /**< keep what was not sent in the state and add it next time */
     } qsgd_int;
+    /**
+     * PowerSGD (ZC_CODEC_POWERSGD): the tensor as a matrix, sent as its rank-r
+     * factors P and Q (collectives/powersgd.c sums them in one all-reduce).
+     */
+    struct {
+        uint32_t rank;      /**< r, 1..64: columns of P and Q */
+        uint32_t warmup;    /**< calls of a tensor sent uncompressed before the first P, Q */
+        int error_feedback; /**< keep M - P Q^T in the state and add it next time (default 1) */
+    } powersgd;
 } zc_codec_params_t;
 
 /**
@@ -202,8 +212,8 @@ zc_status_t zc_codec_params_default_sized(zc_codec_id_t codec, zc_codec_params_t
  * sizeof(zc_codec_params_t): QSGD 4 bits, bucket 512, max scale, fixed coding,
  * no error feedback; top-k density 0.01 with f32 values; GradiVeQ K = 64, d
  * from 99% energy, 1 rank, 16384 samples, 10 raw warm-up calls, a raw refresh
- * every 20th call. Every codec's fields
- * get their defaults, so params whose codec is changed afterwards stay valid.
+ * every 20th call; PowerSGD rank 4, 10 warm-up calls, error feedback. Every
+ * codec's fields get their defaults, so params whose codec is changed afterwards stay valid.
  * Inline, so that the size is the caller's, never the library's.
  */
 static inline zc_status_t zc_codec_params_default(zc_codec_id_t codec, zc_codec_params_t *params_p)

@@ -1,6 +1,7 @@
 """One rank of the DDP hook test (run by run_torchrun.py under torchrun; N = 2 or 4 ranks).
 
-usage: hook_worker.py CODEC [CODEC...]   (none, fp16, bf16, qsgd8, qsgd4, topk, gradiveq, auto)
+usage: hook_worker.py CODEC [CODEC...]   (none, fp16, bf16, qsgd8, qsgd4, topk, gradiveq,
+                                          powersgd, auto)
 
 An MLP 784-256-128-10 (235146 parameters) in DistributedDataParallel over gloo, with
 dist._DEFAULT_FIRST_BUCKET_BYTES = 64 KiB and bucket_cap_mb = 0.25: DDP's first iteration has
@@ -29,6 +30,10 @@ and checks its outputs against the exact average, in float64:
   - gradiveq (ring, a warm-up of 1 call): a tensor's first call sends raw f32 (docs/codecs.md):
     the first call of each bucket after the rebuild is exact to the f32 sum bound; later calls
     project on the learned basis, checked only to beat sending nothing (relative error < 1);
+  - powersgd (rank 4, warm-up 1, error feedback; its own algorithm): each bucket's first
+    call is raw, exact to the f32 sum bound (the rebuild's new sizes start afresh); then
+    the same error-feedback identity as top-k, sum_t (out_t - avg_t) = -(sum of residuals)
+    / N, and a compressed step must be lossy (relative error > 1%: it was compressed);
   - auto: the cost model picks raw, bf16 or qsgd 4 bits per call, or GradiVeQ's raw warm-up
     (exact) on a bucket that has not learned its ratio: qsgd 4-bit scatter's bound.
 Exit status 0 when every check passed on this rank.
@@ -54,6 +59,7 @@ CODECS = {
     'qsgd4': dict(codec='qsgd', qsgd_bits=4, algo='scatter'),
     'topk': dict(codec='topk', topk_density=0.01, algo='scatter'),
     'gradiveq': dict(codec='gradiveq', algo='ring', gradiveq_warmup=1),
+    'powersgd': dict(codec='powersgd', powersgd_rank=4, powersgd_warmup=1),
     'auto': dict(codec='auto', algo='auto'),
 }
 
@@ -165,23 +171,27 @@ def run_codec(name, rank, n):
             exact = sum(ins) / n
             diff = out.double() - exact
             what = f'{name} step {step} bucket {idx} ({inp.numel()} values)'
+            first_call = step >= 1 and idx not in first_seen
             if name in ('fp16', 'bf16', 'qsgd8', 'qsgd4', 'auto') or \
-                    (name == 'gradiveq' and step >= 1 and idx not in first_seen):
+                    (name in ('gradiveq', 'powersgd') and first_call):
                 bound = codec_bound(name, n, ins, exact)
                 worst = float((diff.abs() / bound).max())
                 check(worst <= 1, f'{what}: error {worst:.3g} of the bound')
             elif name == 'gradiveq':
                 rel = float(diff.norm() / exact.norm())
                 check(rel < 1, f'{what}: relative error {rel:.3g} >= 1')
+            elif name == 'powersgd' and step >= 1:
+                rel = float(diff.norm() / exact.norm())
+                check(rel > 0.01, f'{what}: relative error {rel:.3g}: rank 4 is not exact')
             if step >= 1:
                 first_seen.add(idx)
             step_err.append(diff)
-            if name == 'topk' and step >= 1:
+            if name in ('topk', 'powersgd') and step >= 1:
                 sum_abs += float(sum(x.abs() for x in ins).norm())
             if name == 'topk':
                 rel = float(diff.norm() / exact.norm())
                 check(rel > 0.1, f'{what}: relative error {rel:.3g}: top-k 1% should drop more')
-        if name == 'topk' and step >= 1:
+        if name in ('topk', 'powersgd') and step >= 1:
             e = torch.cat(step_err)
             sum_err = e if sum_err is None else sum_err + e
         if plain is not None:
@@ -207,16 +217,16 @@ def run_codec(name, rank, n):
               f'{name}: {stats["calls_compressed"]} of {calls} calls compressed')
         check(stats['bytes_wire'] < stats['bytes_wire_raw'],
               f'{name}: {stats["bytes_wire"]} bytes on the wire, raw {stats["bytes_wire_raw"]}')
-    if name == 'topk':
+    if name in ('topk', 'powersgd'):
         res = gather(torch.tensor([stats['residual_norm']], dtype=torch.float64))
         res_sum = float(sum(res))
         bound = math.sqrt(2) * res_sum / n + STEPS * (n + 4) * U32 * sum_abs
         got = float(sum_err.norm())
-        check(res_sum > 0, 'topk: no residual held')
-        check(got <= bound, f'topk: ||sum_t (out_t - avg_t)|| = {got:.4g} exceeds the '
+        check(res_sum > 0, f'{name}: no residual held')
+        check(got <= bound, f'{name}: ||sum_t (out_t - avg_t)|| = {got:.4g} exceeds the '
               f'error-feedback bound {bound:.4g}')
         if rank == 0:
-            print(f'topk: ||sum of errors|| {got:.4g}, bound {bound:.4g}', flush=True)
+            print(f'{name}: ||sum of errors|| {got:.4g}, bound {bound:.4g}', flush=True)
     state.close()
     if rank == 0:
         print(f'{name}: {calls} calls, {stats["calls_compressed"]} compressed, wire '

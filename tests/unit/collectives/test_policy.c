@@ -60,10 +60,10 @@ static zc_policy_t make_policy(int nranks, int codec_cfg, int algo_cfg, size_t m
     in->link_bw = link_bw;
     in->link_lat = link_lat;
     in->add_bw = 14e9;
-    const double enc[] = {30e9, 5e9, 50e9, 30e9, 2.5e9, 10e9, 4e9};
-    const double dec[] = {28e9, 29e9, 54e9, 54e9, 75e9, 14e9, 20e9};
-    const double red[] = {14e9, 0, 17e9, 11e9, 0, 13e9, 2e9}; /* payload bytes/s */
-    const double ratio[] = {1.0, 4.0625 / 32, 0.5, 0.5, 0.4 / 32, 8.0 / 64, 6.08 / 32};
+    const double enc[] = {30e9, 5e9, 50e9, 30e9, 2.5e9, 10e9, 4e9, 1e9};
+    const double dec[] = {28e9, 29e9, 54e9, 54e9, 75e9, 14e9, 20e9, 2e9};
+    const double red[] = {14e9, 0, 17e9, 11e9, 0, 13e9, 2e9, 0}; /* payload bytes/s */
+    const double ratio[] = {1.0, 4.0625 / 32, 0.5, 0.5, 0.4 / 32, 8.0 / 64, 6.08 / 32, 1.0};
     _Static_assert(ZC_ARRAY_SIZE(enc) == ZC_CODEC_COUNT, "a cost row per codec");
     for (int c = 0; c < ZC_CODEC_COUNT; c++) {
         in->enc_bw[c] = enc[c];
@@ -174,8 +174,12 @@ Test(policy, configure_takes_the_configuration_without_measuring)
     pol = configured(2, codec_auto);
     cr_assert(zc_policy_needs_measurement(&pol));
     cr_assert_eq(zc_policy_codecs_in_play(&pol),
+                 1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD | 1u << ZC_CODEC_QSGD_INT);
+    char *codec_auto_lowrank[] = {"ZIPCCL_CODEC=auto", "ZIPCCL_AUTO_LOWRANK=1", NULL};
+    pol = configured(2, codec_auto_lowrank);
+    cr_assert_eq(zc_policy_codecs_in_play(&pol),
                  1u << ZC_CODEC_BF16 | 1u << ZC_CODEC_QSGD | 1u << ZC_CODEC_QSGD_INT |
-                     1u << ZC_CODEC_GRADIVEQ);
+                     1u << ZC_CODEC_GRADIVEQ | 1u << ZC_CODEC_POWERSGD);
     /* qsgd on the ring is qsgd-int; with algo auto both are in play */
     char *qsgd_ring[] = {"ZIPCCL_CODEC=qsgd", "ZIPCCL_ALGO=ring", NULL};
     pol = configured(2, qsgd_ring);
@@ -422,6 +426,60 @@ Test(policy, auto_never_picks_a_stateful_codec)
                       p.params.codec == ZC_CODEC_QSGD,
                   "auto chose %s", zc_codec_name(p.params.codec));
     }
+}
+
+/*
+ * ZIPCCL_AUTO_LOWRANK=1: on a slow link a large matrix goes to PowerSGD, whose cost is the
+ * formula of powersgd_cost with the exact factor size; a bias-sized tensor and a fast link
+ * do not; without the setting (the previous test's auto) it never is.
+ */
+Test(policy, auto_lowrank_only_when_asked_and_where_it_pays)
+{
+    zc_policy_t pol = slow_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    pol.auto_lowrank = 1;
+    /* speeds of the order codec_bench measures for it here (docs/results.md) */
+    pol.in.enc_bw[ZC_CODEC_POWERSGD] = 4e9;
+    pol.in.dec_bw[ZC_CODEC_POWERSGD] = 8e9;
+    cr_assert(zc_policy_codecs_in_play(&pol) & 1u << ZC_CODEC_POWERSGD);
+    const size_t n = 784 * 512; /* 784 x 512: factors (784 + 512) 4 + 1 values */
+    const double B = 4.0 * n, F = 4.0 * ((784 + 512) * 4 + 1), r = 4;
+    const zc_policy_inputs_t *in = &pol.in;
+    double want = B / in->enc_bw[ZC_CODEC_POWERSGD] + B / in->dec_bw[ZC_CODEC_POWERSGD] +
+                  4 * (r - 1) * in->link_lat + 2 * (r - 1) * F / (r * in->link_bw) +
+                  (r - 1) * F / (r * in->add_bw);
+    double got = zc_policy_cost(&pol, ZC_ALGO_POWERSGD, ZC_CODEC_POWERSGD, 4 * n);
+    cr_assert_float_eq(got, want, want * 1e-12);
+    cr_assert(isinf(zc_policy_cost(&pol, ZC_ALGO_POWERSGD, ZC_CODEC_QSGD, 4 * n)));
+    zc_path_t p = zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert(p.algo == ZC_ALGO_POWERSGD && p.params.codec == ZC_CODEC_POWERSGD, "auto chose %s %s",
+              zc_algo_name(p.algo), zc_codec_name(p.params.codec));
+    cr_assert_eq(p.params.powersgd.rank, 4);
+    /* 40 values: a rank-4 view of a 8 x 5 matrix sends more than it saves */
+    pol.min_bytes = 0;
+    p = zc_policy_choose(&pol, 40, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert_neq(p.algo, ZC_ALGO_POWERSGD);
+    pol = fast_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    pol.auto_lowrank = 1;
+    cr_assert_neq(zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM).algo, ZC_ALGO_POWERSGD);
+    pol = slow_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    cr_assert_neq(zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM).algo, ZC_ALGO_POWERSGD);
+    cr_assert_eq(zc_policy_codecs_in_play(&pol) & 1u << ZC_CODEC_POWERSGD, 0);
+}
+
+/* ZIPCCL_CODEC=powersgd: its own algorithm, tensors too small for a rank-4 view raw. */
+Test(policy, codec_powersgd_runs_its_algorithm)
+{
+    zc_policy_t pol = fast_link(4, ZC_CODEC_POWERSGD, ZC_POLICY_ALGO_AUTO);
+    zc_path_t p = zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert(p.algo == ZC_ALGO_POWERSGD && p.params.codec == ZC_CODEC_POWERSGD);
+    p = zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_BF16, ZC_OP_AVG);
+    cr_assert(p.algo == ZC_ALGO_POWERSGD);
+    pol.min_bytes = 0;
+    assert_raw(zc_policy_choose(&pol, 256, ZC_DTYPE_F32, ZC_OP_SUM), "256 values, rank 4");
+    assert_raw(zc_policy_choose(&pol, 1 << 20, ZC_DTYPE_F32, ZC_OP_MAX), "max");
+    cr_assert(zc_policy_supports(ZC_ALGO_POWERSGD, ZC_CODEC_POWERSGD));
+    cr_assert(!zc_policy_supports(ZC_ALGO_COMPRESSED_RING, ZC_CODEC_POWERSGD));
+    cr_assert_str_eq(zc_algo_name(ZC_ALGO_POWERSGD), "powersgd");
 }
 
 Test(policy, fixed_codec_with_auto_algo_runs_raw_when_raw_is_cheaper)
@@ -1039,9 +1097,10 @@ Test(policy, learned_ratio_fixed_codec)
 }
 
 /*
- * ZIPCCL_CODEC=auto: a followed tensor without a GradiVeQ ratio learns one
- * first (compressed ring, raw warm-up); then GradiVeQ competes with bf16 and
- * qsgd by that ratio: 1/64 wins on a slow link, 0.9 loses to qsgd.
+ * ZIPCCL_CODEC=auto with ZIPCCL_AUTO_LOWRANK=1: a followed tensor without a
+ * GradiVeQ ratio learns one first (compressed ring, raw warm-up); then
+ * GradiVeQ competes with bf16 and qsgd by that ratio: 1/64 wins on a slow
+ * link, 0.9 loses to qsgd. Without the switch, GradiVeQ is never taken.
  */
 Test(policy, learned_ratio_auto)
 {
@@ -1050,6 +1109,14 @@ Test(policy, learned_ratio_auto)
     double learned[ZC_CODEC_COUNT] = {0};
 
     zc_path_t p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
+    cr_assert_neq(p.params.codec, ZC_CODEC_GRADIVEQ, "not asked for: no warm-up");
+    learned[ZC_CODEC_GRADIVEQ] = 1.0 / 64;
+    p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
+    cr_assert_neq(p.params.codec, ZC_CODEC_GRADIVEQ, "not asked for: 1/64 is not considered");
+    learned[ZC_CODEC_GRADIVEQ] = 0;
+
+    pol.auto_lowrank = 1;
+    p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
     cr_assert_eq(p.algo, ZC_ALGO_COMPRESSED_RING);
     cr_assert_eq(p.params.codec, ZC_CODEC_GRADIVEQ, "learn first: %s",
                  zc_codec_name(p.params.codec));
