@@ -71,6 +71,13 @@ typedef enum zc_topk_path {
  */
 zc_status_t zc_topk_select(const float *x, uint64_t n, double density, uint64_t *idx,
                            uint64_t *count_p, zc_topk_path_t *path_p);
+/*
+ * zc_topk_select with error feedback fused in: selects from the sums
+ * res[i] + x[i] (the f32 addition of zc_dtype_add_f32), which it stores into
+ * res in the same pass. On return, error or not, res holds the sums.
+ */
+zc_status_t zc_topk_select_add(const float *x, float *res, uint64_t n, double density,
+                               uint64_t *idx, uint64_t *count_p, zc_topk_path_t *path_p);
 
 /*
  * The k-th largest of keys[0..m) (1 <= k <= m), found by radix select (three
@@ -173,14 +180,27 @@ typedef struct zc_topk_kernels {
      */
     uint64_t (*collect)(const float *x, size_t n, uint64_t first, uint32_t thr, uint64_t *idx,
                         uint64_t cap);
+    /*
+     * Error feedback fused into collect: res[i] += x[i] for every i < n (the
+     * f32 addition of zc_dtype_add_f32, bit for bit), and first + i written to
+     * idx, in order, for every sum with zc_topk_key >= thr. Every sum is
+     * stored; positions stop being collected once more than cap are found,
+     * and the return value is then > cap. idx has room for cap +
+     * ZC_TOPK_COLLECT_SLACK.
+     */
+    uint64_t (*add_collect)(const float *x, float *res, size_t n, uint64_t first, uint32_t thr,
+                            uint64_t *idx, uint64_t cap);
 } zc_topk_kernels_t;
 
 extern const zc_topk_kernels_t zc_topk_kernels_scalar;
 #if defined(__x86_64__)
+extern const zc_topk_kernels_t zc_topk_kernels_avx2;
 extern const zc_topk_kernels_t zc_topk_kernels_avx512;
 #endif
 
 /* The kernels for the current CPU level (zc_cpu_level()). */
 const zc_topk_kernels_t *zc_topk_kernels(void);
+/* res[i] += x[i] for i < n: add_collect's tail once it stopped collecting. */
+void zc_topk_add_rest(const float *x, float *res, size_t n);
 
 #endif
