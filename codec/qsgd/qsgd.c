@@ -15,6 +15,7 @@
  *     elias: omega(nnz + 1), then per nonzero omega(gap) sign omega(k), padded
  */
 #include "codec/codec.h"
+#include "codec/oob.h"
 #include "codec/qsgd/qsgd.h"
 #include "common/bitio.h"
 #include "common/compiler.h"
@@ -228,6 +229,65 @@ static float bucket_quantize(const zc_qsgd_kernels_t *kern, const zc_codec_param
     return scale;
 }
 
+/*
+ * The scale word and codes of one bucket (levels from bucket_quantize) at
+ * dst + *pos_p, which it advances; ZC_ERR_BUFFER_TOO_SMALL past @p cap.
+ */
+static zc_status_t encode_bucket(const zc_qsgd_kernels_t *kern, const zc_codec_params_t *p,
+                                 float scale, const int32_t *levels, size_t len, uint32_t *nz,
+                                 uint8_t *dst, size_t cap, size_t *pos_p)
+{
+    const unsigned b = fixed_width(p->qsgd.levels);
+    const uint64_t fixed_bits = (uint64_t)len * b;
+    size_t pos = *pos_p;
+    int use_elias = p->qsgd.coding == ZC_QSGD_CODING_ELIAS;
+
+    if (p->qsgd.coding == ZC_QSGD_CODING_AUTO)
+        use_elias = ZC_DIV_UP(elias_bits(levels, len), 8) < ZC_DIV_UP(fixed_bits, 8);
+    if (cap - pos < 4)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    zc_store_le32(dst + pos,
+                  (zc_f32_bits(scale) & 0x7fffffffu) | (use_elias ? QSGD_FLAG_ELIAS : 0));
+    pos += 4;
+    if (use_elias) {
+        zc_bitwriter_t w;
+        zc_bw_init(&w, dst + pos, cap - pos);
+        elias_write(&w, levels, len, nz);
+        size_t n = zc_bw_flush(&w);
+        if (n == SIZE_MAX)
+            return ZC_ERR_BUFFER_TOO_SMALL;
+        pos += n;
+    } else {
+        size_t n = (size_t)ZC_DIV_UP(fixed_bits, 8);
+        if (cap - pos < n)
+            return ZC_ERR_BUFFER_TOO_SMALL;
+        kern->pack(levels, len, b, dst + pos);
+        pos += n;
+    }
+    *pos_p = pos;
+    return ZC_OK;
+}
+
+static zc_qsgd_rng_t rng_of(const zc_codec_rng_t *crng)
+{
+    const zc_qsgd_rng_t rng = {
+        .key = {(uint32_t)crng->seed, (uint32_t)(crng->seed >> 32)},
+        .counter = crng->counter,
+        .rank = crng->rank,
+        .stream = crng->stream,
+    };
+    return rng;
+}
+
+static void header_write(const zc_codec_params_t *p, uint8_t *dst)
+{
+    zc_store_le32(dst, p->qsgd.bucket);
+    dst[4] = (uint8_t)p->qsgd.levels;
+    dst[5] = (uint8_t)(p->qsgd.levels >> 8);
+    dst[6] = (uint8_t)p->qsgd.coding;
+    dst[7] = (uint8_t)p->qsgd.scale;
+}
+
 /* The encode; with @p try_oob it stops with ZC_CODEC_RETRY_OOB at a bucket holding a value past
  * QSGD_OOB_BITS. */
 static zc_status_t encode_buckets(const zc_codec_params_t *p, const zc_codec_rng_t *crng,
@@ -235,17 +295,10 @@ static zc_status_t encode_buckets(const zc_codec_params_t *p, const zc_codec_rng
                                   size_t cap, size_t *len_p, int try_oob)
 {
     const zc_qsgd_kernels_t *kern = zc_qsgd_kernels();
-    const uint32_t s = p->qsgd.levels, d = p->qsgd.bucket;
-    const unsigned b = fixed_width(s);
+    const uint32_t d = p->qsgd.bucket;
     const size_t esize = zc_dtype_size(dtype);
-    const zc_qsgd_rng_t rng = {
-        .key = {(uint32_t)crng->seed, (uint32_t)(crng->seed >> 32)},
-        .counter = crng->counter,
-        .rank = crng->rank,
-        .stream = crng->stream,
-    };
+    const zc_qsgd_rng_t rng = rng_of(crng);
     qsgd_scratch_t sc;
-    zc_bitwriter_t w;
     zc_status_t status = ZC_OK;
     size_t pos = QSGD_HEADER_BYTES;
 
@@ -253,11 +306,7 @@ static zc_status_t encode_buckets(const zc_codec_params_t *p, const zc_codec_rng
         return ZC_ERR_INVALID_ARG; /* a payload no decoder would accept */
     if (cap < QSGD_HEADER_BYTES)
         return ZC_ERR_BUFFER_TOO_SMALL;
-    zc_store_le32(dst, d);
-    dst[4] = (uint8_t)s;
-    dst[5] = (uint8_t)(s >> 8);
-    dst[6] = (uint8_t)p->qsgd.coding;
-    dst[7] = (uint8_t)p->qsgd.scale;
+    header_write(p, dst);
     ZC_CHECK(scratch_init(&sc, (size_t)ZC_MIN(count, (uint64_t)d)));
 
     for (uint64_t first = 0; first < count; first += d) {
@@ -274,36 +323,9 @@ static zc_status_t encode_buckets(const zc_codec_params_t *p, const zc_codec_rng
             break;
         }
 
-        uint64_t fixed_bits = (uint64_t)len * b;
-        int use_elias = p->qsgd.coding == ZC_QSGD_CODING_ELIAS;
-        if (p->qsgd.coding == ZC_QSGD_CODING_AUTO)
-            use_elias = ZC_DIV_UP(elias_bits(sc.levels, len), 8) < ZC_DIV_UP(fixed_bits, 8);
-
-        if (cap - pos < 4) {
-            status = ZC_ERR_BUFFER_TOO_SMALL;
+        status = encode_bucket(kern, p, scale, sc.levels, len, sc.nz, dst, cap, &pos);
+        if (status != ZC_OK)
             break;
-        }
-        zc_store_le32(dst + pos,
-                      (zc_f32_bits(scale) & 0x7fffffffu) | (use_elias ? QSGD_FLAG_ELIAS : 0));
-        pos += 4;
-        if (use_elias) {
-            zc_bw_init(&w, dst + pos, cap - pos);
-            elias_write(&w, sc.levels, len, sc.nz);
-            size_t n = zc_bw_flush(&w);
-            if (n == SIZE_MAX) {
-                status = ZC_ERR_BUFFER_TOO_SMALL;
-                break;
-            }
-            pos += n;
-        } else {
-            size_t n = (size_t)ZC_DIV_UP(fixed_bits, 8);
-            if (cap - pos < n) {
-                status = ZC_ERR_BUFFER_TOO_SMALL;
-                break;
-            }
-            kern->pack(sc.levels, len, b, dst + pos);
-            pos += n;
-        }
     }
     free(sc.heap);
     if (status == ZC_OK)
@@ -438,6 +460,63 @@ static zc_status_t elias_decode_add(zc_bitreader_t *r, size_t len, const level_s
                      : elias_decode_bucket(r, len, ls, dst, 0);
 }
 
+/*
+ * Adds @p alpha times the bucket of @p n values at body + *pos_p into @p dst
+ * and advances *pos_p past it; ZC_ERR_CORRUPT if it is malformed or would
+ * pass @p len.
+ */
+static zc_status_t decode_bucket(const zc_qsgd_kernels_t *kern, const uint8_t *body, size_t len,
+                                 size_t *pos_p, unsigned coding, uint32_t s, size_t n, float alpha,
+                                 float *dst)
+{
+    const unsigned b = fixed_width(s);
+    size_t pos = *pos_p;
+
+    if (len - pos < 4)
+        return ZC_ERR_CORRUPT;
+    uint32_t word = zc_load_le32(body + pos);
+    pos += 4;
+    int elias = (word & QSGD_FLAG_ELIAS) != 0;
+    if ((coding == ZC_QSGD_CODING_FIXED && elias) || (coding == ZC_QSGD_CODING_ELIAS && !elias))
+        return ZC_ERR_CORRUPT;
+    float scale = zc_f32_from_bits(word & 0x7fffffffu);
+    const level_scale_t ls = level_scale(scale, s, alpha);
+    if (isinf(scale))
+        return ZC_ERR_CORRUPT; /* the encoder never writes an infinite scale */
+
+    if (elias) {
+        zc_bitreader_t r;
+        zc_br_init(&r, body + pos, len - pos);
+        if (isnan(scale)) {
+            /* a non-finite bucket: all levels are zero, every value decodes to NaN */
+            if (zc_elias_get(&r) != 1 || r.overrun)
+                return ZC_ERR_CORRUPT;
+            for (size_t i = 0; i < n; i++)
+                dst[i] += scale;
+        } else {
+            ZC_CHECK(elias_decode_add(&r, n, &ls, dst));
+        }
+        zc_br_align(&r);
+        pos += zc_br_consumed(&r);
+    } else {
+        size_t bytes = (size_t)ZC_DIV_UP((uint64_t)n * b, 8);
+        if (len - pos < bytes)
+            return ZC_ERR_CORRUPT;
+        if (isnan(scale)) {
+            for (size_t i = 0; i < n; i++)
+                dst[i] += scale;
+        } else {
+            int bad = ls.exact ? unpack_add_exact(body + pos, n, b, &ls, dst)
+                               : kern->unpack_add(body + pos, n, b, s, ls.unit, dst);
+            if (bad < 0)
+                return ZC_ERR_CORRUPT;
+        }
+        pos += bytes;
+    }
+    *pos_p = pos;
+    return ZC_OK;
+}
+
 static zc_status_t qsgd_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
                                    float *dst, uint64_t count, float alpha)
 {
@@ -465,49 +544,103 @@ static zc_status_t qsgd_decode_add(zc_codec_state_t *state, const uint8_t *body,
     size_t pos = QSGD_HEADER_BYTES;
     for (uint64_t first = 0; first < count; first += d) {
         size_t n = (size_t)ZC_MIN((uint64_t)d, count - first);
-        if (len - pos < 4)
-            return ZC_ERR_CORRUPT;
-        uint32_t word = zc_load_le32(body + pos);
-        pos += 4;
-        int elias = (word & QSGD_FLAG_ELIAS) != 0;
-        if ((coding == ZC_QSGD_CODING_FIXED && elias) || (coding == ZC_QSGD_CODING_ELIAS && !elias))
-            return ZC_ERR_CORRUPT;
-        float scale = zc_f32_from_bits(word & 0x7fffffffu);
-        const level_scale_t ls = level_scale(scale, s, alpha);
-        if (isinf(scale))
-            return ZC_ERR_CORRUPT; /* the encoder never writes an infinite scale */
-
-        if (elias) {
-            zc_bitreader_t r;
-            zc_br_init(&r, body + pos, len - pos);
-            if (isnan(scale)) {
-                /* a non-finite bucket: all levels are zero, every value decodes to NaN */
-                if (zc_elias_get(&r) != 1 || r.overrun)
-                    return ZC_ERR_CORRUPT;
-                for (size_t i = 0; i < n; i++)
-                    dst[first + i] += scale;
-            } else {
-                ZC_CHECK(elias_decode_add(&r, n, &ls, dst + first));
-            }
-            zc_br_align(&r);
-            pos += zc_br_consumed(&r);
-        } else {
-            size_t bytes = (size_t)ZC_DIV_UP((uint64_t)n * b, 8);
-            if (len - pos < bytes)
-                return ZC_ERR_CORRUPT;
-            if (isnan(scale)) {
-                for (size_t i = 0; i < n; i++)
-                    dst[first + i] += scale;
-            } else {
-                int bad = ls.exact ? unpack_add_exact(body + pos, n, b, &ls, dst + first)
-                                   : kern->unpack_add(body + pos, n, b, s, ls.unit, dst + first);
-                if (bad < 0)
-                    return ZC_ERR_CORRUPT;
-            }
-            pos += bytes;
-        }
+        ZC_CHECK(decode_bucket(kern, body, len, &pos, coding, s, n, alpha, dst + first));
     }
     return pos == len ? ZC_OK : ZC_ERR_CORRUPT;
+}
+
+/*
+ * Moves the values of @p x[0..len) (element first + i) past the body's reach
+ * (NaN, infinities, magnitudes from QSGD_OOB_BITS up) to @p spill, with 0 left
+ * in their place, in position order while the section has room (@p oob_cap):
+ * what the generic scan and split do, a bucket at a time. Pushes cannot fail:
+ * the room was reserved.
+ */
+static void bucket_spill(float *x, size_t len, uint64_t first, zc_oob_t *spill, uint64_t oob_cap)
+{
+    for (size_t i = 0; i < len && spill->n < oob_cap; i++) {
+        if ((zc_f32_bits(x[i]) & 0x7fffffffu) >= QSGD_OOB_BITS) {
+            (void)zc_oob_push(spill, first + i, x[i]);
+            x[i] = 0.0f;
+        }
+    }
+}
+
+/* Sets the NaNs and infinities of @p x to 0 and returns how many there were. */
+static uint64_t bucket_clear(float *x, size_t len)
+{
+    uint64_t cleared = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!isfinite(x[i])) {
+            x[i] = 0.0f;
+            cleared++;
+        }
+    }
+    return cleared;
+}
+
+/*
+ * Error feedback in one pass (ops.encode_ef): per bucket, residual += input,
+ * the bucket quantized and coded, and its codes decoded with alpha = -1 into
+ * the residual, all while the bucket is in cache; the generic path reads and
+ * writes the whole residual three times. The subtraction is the decoder's
+ * own (decode_bucket), so the residual's bits are the generic path's. Values
+ * out of band go to @p spill as the generic scan would send them (the first
+ * zc_oob_cap(count)); a bucket left holding a NaN or an infinity past that cap
+ * is sent as a NaN bucket and its residual cleared, as codec.c clears it.
+ */
+static zc_status_t qsgd_encode_ef(const zc_codec_params_t *p, zc_codec_state_t *state,
+                                  const zc_codec_rng_t *crng, const float *src, uint64_t count,
+                                  float *residual, uint8_t *dst, size_t cap, size_t *len_p,
+                                  zc_oob_t *spill)
+{
+    const zc_qsgd_kernels_t *kern = zc_qsgd_kernels();
+    const uint32_t d = p->qsgd.bucket;
+    const zc_qsgd_rng_t rng = rng_of(crng);
+    const uint64_t oob_cap = zc_oob_cap(count);
+    const size_t bound = qsgd_bound(p, count);
+    qsgd_scratch_t sc;
+    zc_status_t status;
+    size_t pos = QSGD_HEADER_BYTES;
+
+    /* room for the worst case, section included, so nothing fails once the residual changed */
+    if (count > QSGD_MAX_COUNT || cap < bound || cap - bound < zc_oob_bound(count)) {
+        status = ZC_CODEC_RETRY_OOB; /* the generic path: it says what does not fit */
+        goto err_add;
+    }
+    ZC_CHECK_GOTO(scratch_init(&sc, (size_t)ZC_MIN(count, (uint64_t)d)), status, err_add);
+    ZC_CHECK_GOTO(zc_oob_reserve(spill, oob_cap), status, err_free);
+    header_write(p, dst);
+    for (uint64_t first = 0; first < count; first += d) {
+        const size_t len = (size_t)ZC_MIN((uint64_t)d, count - first);
+        float *r = residual + first;
+        zc_dtype_add_f32(ZC_DTYPE_F32, src + first, len, r);
+        int oob = 0;
+        float scale = bucket_quantize(kern, p, &rng, r, len, first, sc.levels, &oob);
+        if (ZC_UNLIKELY(oob)) {
+            bucket_spill(r, len, first, spill, oob_cap);
+            scale = bucket_quantize(kern, p, &rng, r, len, first, sc.levels, &oob);
+        }
+        size_t at = pos;
+        /* neither fails: the bound holds the bucket, and the decoder reads what was written */
+        if (encode_bucket(kern, p, scale, sc.levels, len, sc.nz, dst, cap, &pos) != ZC_OK ||
+            decode_bucket(kern, dst, pos, &at, (unsigned)p->qsgd.coding, p->qsgd.levels, len, -1.0f,
+                          r) != ZC_OK) {
+            free(sc.heap);
+            return ZC_ERR_INTERNAL;
+        }
+        if (ZC_UNLIKELY(isnan(scale)))
+            state->oob_values += bucket_clear(r, len);
+    }
+    free(sc.heap);
+    *len_p = pos;
+    return ZC_OK;
+
+err_free:
+    free(sc.heap);
+err_add:
+    zc_dtype_add_f32(ZC_DTYPE_F32, src, (size_t)count, residual);
+    return status;
 }
 
 static int qsgd_error_feedback(const zc_codec_params_t *p)
@@ -588,5 +721,6 @@ const zc_codec_ops_t zc_codec_qsgd_ops = {
     .bound = qsgd_bound,
     .encode = qsgd_encode,
     .encode_try = qsgd_encode_try,
+    .encode_ef = qsgd_encode_ef,
     .decode_add = qsgd_decode_add,
 };

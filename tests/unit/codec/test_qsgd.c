@@ -9,6 +9,7 @@
  */
 #include "codec_test.h"
 
+#include "codec/codec.h"
 #include "codec/qsgd/qsgd.h"
 #include "common/bitio.h"
 #include "common/cpu.h"
@@ -20,6 +21,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define HDR ZC_PAYLOAD_HEADER_BYTES
@@ -1588,6 +1590,118 @@ Test(qsgd_hostile, body_header_fields)
 }
 
 /* ------------------------------------------------------------------- elias */
+
+/* ----------------------------------------------------- error feedback, fused */
+
+/*
+ * One error-feedback step at each of two states: @p fused encodes into a
+ * bound-sized buffer (ops.encode_ef), @p generic into one byte less, which
+ * sends it down the generic path (addition, scan, encode, decode_add(-1)).
+ * Both must give the same payload, residual bits and out-of-band count.
+ */
+static void ef_step_pair(const zc_codec_params_t *p, zc_codec_state_t *fused,
+                         zc_codec_state_t *generic, const zc_codec_rng_t *rng, const float *x,
+                         size_t n, const char *what)
+{
+    const size_t bound = zc_codec_bound(p, n);
+    uint8_t *a = xmalloc(bound), *b = xmalloc(bound);
+    size_t la = 0, lb = 0;
+    cr_assert_eq(zc_codec_encode(p, fused, rng, ZC_DTYPE_F32, x, n, a, bound, &la), ZC_OK, "%s",
+                 what);
+    cr_assert_eq(zc_codec_encode(p, generic, rng, ZC_DTYPE_F32, x, n, b, bound - 1, &lb), ZC_OK,
+                 "%s", what);
+    cr_assert_eq(la, lb, "%s: payload length", what);
+    cr_assert_arr_eq(a, b, la, "%s: payload bytes", what);
+    cr_assert(same_bits_f32(fused->residual, generic->residual, n), "%s: residual", what);
+    cr_assert_eq(fused->oob_values, generic->oob_values, "%s: out-of-band count", what);
+    free(a);
+    free(b);
+}
+
+/*
+ * The fused error feedback against the generic path, step after step, for
+ * every coding and scale: clean steps, a step with NaN, infinities and
+ * magnitudes past 2^64 (sent out of band), one with more of them than the
+ * section holds (the rest turn buckets into NaN, whose residual is cleared;
+ * finite ones near FLT_MAX give scales whose levels are computed in double),
+ * and one of subnormal buckets.
+ */
+Test(qsgd_ef, fused_matches_generic)
+{
+    enum { N = 5000, D = 512 }; /* a short tail bucket; the section holds 16 + 4 */
+    float *x = xmalloc(N * sizeof(float));
+    for (int c = 0; c < 3; c++) {
+        for (int sc = 0; sc < 2; sc++) {
+            zc_codec_params_t p = qsgd_params(7, D, all_scales[sc], all_codings[c]);
+            p.qsgd.error_feedback = 1;
+            zc_codec_state_t *fused = NULL, *generic = NULL;
+            cr_assert_eq(zc_codec_state_create(&p, N, &fused), ZC_OK);
+            cr_assert_eq(zc_codec_state_create(&p, N, &generic), ZC_OK);
+            for (int t = 0; t < 6; t++) {
+                fill_gauss(x, N, 300 + (uint64_t)t, 1.0);
+                if (t == 1) {
+                    x[3] = NAN;
+                    x[700] = INFINITY;
+                    x[701] = -0x1p70f;
+                    x[N - 1] = -INFINITY;
+                } else if (t == 2) {
+                    for (int i = 0; i < 30; i++)
+                        x[100 + 97 * i] = i % 3 ? NAN : INFINITY;
+                    x[4000] = 3e38f;
+                    x[4001] = -3.3e38f;
+                } else if (t == 4) {
+                    for (int i = 1024; i < 2048; i++)
+                        x[i] *= 0x1p-140f;
+                }
+                char what[64];
+                snprintf(what, sizeof(what), "coding %d scale %d step %d", c, sc, t);
+                zc_codec_rng_t rng = test_codec_rng(11, 0, (uint32_t)t);
+                ef_step_pair(&p, fused, generic, &rng, x, N, what);
+            }
+            zc_codec_state_destroy(fused);
+            zc_codec_state_destroy(generic);
+        }
+    }
+    free(x);
+}
+
+/* The fused steps at every CPU level give the scalar level's payloads and residuals. */
+Test(qsgd_ef, fused_identical_across_levels)
+{
+    enum { N = 70000 + 5 };
+    static const zc_cpu_level_t levels[] = {ZC_CPU_AVX2, ZC_CPU_AVX512};
+    zc_codec_params_t p = qsgd_params(7, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_FIXED);
+    p.qsgd.error_feedback = 1;
+    float *x = xmalloc(N * sizeof(float));
+    const size_t bound = zc_codec_bound(&p, N);
+    uint8_t *want = xmalloc(bound), *got = xmalloc(bound);
+    for (size_t l = 0; l < 2; l++) {
+        if (zc_cpu_detect() < levels[l])
+            continue;
+        zc_codec_state_t *ref = NULL, *st = NULL;
+        cr_assert_eq(zc_codec_state_create(&p, N, &ref), ZC_OK);
+        cr_assert_eq(zc_codec_state_create(&p, N, &st), ZC_OK);
+        for (int t = 0; t < 3; t++) {
+            fill_gauss(x, N, 700 + (uint64_t)t, 1.0);
+            zc_codec_rng_t rng = test_codec_rng(12, 1, (uint32_t)t);
+            size_t lw = 0, lg = 0;
+            cr_assert_eq(zc_cpu_set_level(ZC_CPU_SCALAR), ZC_OK);
+            cr_assert_eq(zc_codec_encode(&p, ref, &rng, ZC_DTYPE_F32, x, N, want, bound, &lw),
+                         ZC_OK);
+            cr_assert_eq(zc_cpu_set_level(levels[l]), ZC_OK);
+            cr_assert_eq(zc_codec_encode(&p, st, &rng, ZC_DTYPE_F32, x, N, got, bound, &lg), ZC_OK);
+            cr_assert_eq(lw, lg);
+            cr_assert_arr_eq(want, got, lw, "level %d step %d", (int)levels[l], t);
+            cr_assert(same_bits_f32(ref->residual, st->residual, N));
+        }
+        zc_codec_state_destroy(ref);
+        zc_codec_state_destroy(st);
+    }
+    cr_assert_eq(zc_cpu_set_level(zc_cpu_detect()), ZC_OK);
+    free(want);
+    free(got);
+    free(x);
+}
 
 Test(elias, known_lengths)
 {
