@@ -614,7 +614,7 @@ static zc_status_t qsgd_encode_ef(const zc_codec_params_t *p, zc_codec_state_t *
     for (uint64_t first = 0; first < count; first += d) {
         const size_t len = (size_t)ZC_MIN((uint64_t)d, count - first);
         float *r = residual + first;
-        zc_dtype_add_f32(ZC_DTYPE_F32, src + first, len, r);
+        kern->add(src + first, len, r);
         int oob = 0;
         float scale = bucket_quantize(kern, p, &rng, r, len, first, sc.levels, &oob);
         if (ZC_UNLIKELY(oob)) {

@@ -582,6 +582,15 @@ static void kernels_match_scalar(const zc_qsgd_kernels_t *kv)
                 cr_assert(n == 0 || memcmp(la, lb, n * sizeof(int32_t)) == 0,
                           "quantize off %zu n %zu first %llu", off, n, (unsigned long long)first);
             }
+            float sa[N], sb[N];
+            for (size_t i = 0; i < n; i++)
+                sa[i] = sb[i] = x[N - 1 - i];
+            ks->add(x + off, n, sa);
+            kv->add(x + off, n, sb);
+            for (size_t i = 0; i < n; i++)
+                cr_assert_eq(zc_f32_bits(sa[i]), zc_f32_bits(x[N - 1 - i] + x[off + i]),
+                             "add off %zu n %zu at %zu", off, n, i);
+            cr_assert(same_bits_f32(sa, sb, n), "add off %zu n %zu", off, n);
         }
     }
     /* pack and unpack on random level vectors for every width */
