@@ -115,21 +115,10 @@ static uint64_t elias_bits(const int32_t *levels, size_t len)
     return bits + zc_elias_len((uint32_t)nnz + 1);
 }
 
-/*
- * Nonzero positions are first gathered without branches (zeros fall at random,
- * a branch on them mispredicts), then each record is one table lookup per code
- * and one put. The writer lives in a local copy so that its state stays in
- * registers. @p nz has room for @p len positions.
- */
-static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len, uint32_t *nz)
+/* The records of elias_write through zc_bw_put, which checks every store against the end. */
+static void elias_write_checked(zc_bitwriter_t *w, const int32_t *levels, const uint32_t *nz,
+                                size_t nnz)
 {
-    size_t nnz = 0;
-    for (size_t i = 0; i < len; i++) {
-        nz[nnz] = (uint32_t)i;
-        nnz += levels[i] != 0;
-    }
-    zc_elias_put(w, (uint32_t)nnz + 1);
-
     zc_bitwriter_t lw = *w;
     uint32_t prev = UINT32_MAX; /* position -1 */
     for (size_t j = 0; j < nnz; j++) {
@@ -138,11 +127,9 @@ static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len, ui
         uint32_t k = (uint32_t)abs(l);
         prev = i;
         if (ZC_UNLIKELY(gap >= ZC_ELIAS_TABLE_SIZE || k >= ZC_ELIAS_TABLE_SIZE)) {
-            *w = lw;
-            zc_elias_put(w, gap);
-            zc_bw_put(w, l < 0, 1);
-            zc_elias_put(w, k);
-            lw = *w;
+            zc_elias_put(&lw, gap);
+            zc_bw_put(&lw, l < 0, 1);
+            zc_elias_put(&lw, k);
             continue;
         }
         /* gap code, sign and level code in one put: at most 19 + 1 + 19 bits */
@@ -153,6 +140,65 @@ static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len, ui
         zc_bw_put(&lw, bits, lg + 1 + (ek >> 24));
     }
     *w = lw;
+}
+
+/*
+ * Nonzero positions are first gathered without branches (zeros fall at random,
+ * a branch on them mispredicts), then each record is one table lookup per code
+ * and one put. When the bucket's worst case (elias_bucket_bytes) and an 8-byte
+ * store past it fit, the puts are the writer's own steps without its bounds
+ * check: OR the record in, store 8 bytes, advance by the whole bytes; the
+ * bytes are those zc_bw_put writes. @p nz has room for @p len positions.
+ */
+ZC_SHIFT_CLONES static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len,
+                                        uint32_t s, uint32_t *nz)
+{
+    size_t nnz = 0;
+    for (size_t i = 0; i < len; i++) {
+        nz[nnz] = (uint32_t)i;
+        nnz += levels[i] != 0;
+    }
+    zc_elias_put(w, (uint32_t)nnz + 1);
+
+    const uint64_t worst = elias_bucket_bytes(len, s); /* scale word included: slack */
+    if (w->cap - w->pos < worst + 8) {
+        elias_write_checked(w, levels, nz, nnz);
+        return;
+    }
+    uint8_t *out = w->buf + w->pos;
+    uint64_t acc = w->acc;
+    unsigned nb = w->nbits;     /* < 8 between records; a record adds at most 39 */
+    uint32_t prev = UINT32_MAX; /* position -1 */
+    for (size_t j = 0; j < nnz; j++) {
+        uint32_t i = nz[j], gap = i - prev;
+        int32_t l = levels[i];
+        uint32_t k = (uint32_t)abs(l);
+        prev = i;
+        if (ZC_UNLIKELY(gap >= ZC_ELIAS_TABLE_SIZE || k >= ZC_ELIAS_TABLE_SIZE)) {
+            w->pos = (size_t)(out - w->buf);
+            w->acc = acc;
+            w->nbits = nb;
+            zc_elias_put(w, gap);
+            zc_bw_put(w, l < 0, 1);
+            zc_elias_put(w, k);
+            out = w->buf + w->pos;
+            acc = w->acc;
+            nb = w->nbits;
+            continue;
+        }
+        uint32_t eg = zc_elias_enc_table[gap], ek = zc_elias_enc_table[k];
+        unsigned lg = eg >> 24;
+        acc |= ((eg & 0xffffffu) | (uint64_t)(l < 0) << lg | (uint64_t)(ek & 0xffffffu) << (lg + 1))
+               << nb;
+        nb += lg + 1 + (ek >> 24);
+        zc_store_le64(out, acc);
+        out += nb >> 3;
+        acc >>= nb & ~7u;
+        nb &= 7;
+    }
+    w->pos = (size_t)(out - w->buf);
+    w->acc = acc;
+    w->nbits = nb;
 }
 
 typedef struct qsgd_scratch {
@@ -252,7 +298,7 @@ static zc_status_t encode_bucket(const zc_qsgd_kernels_t *kern, const zc_codec_p
     if (use_elias) {
         zc_bitwriter_t w;
         zc_bw_init(&w, dst + pos, cap - pos);
-        elias_write(&w, levels, len, nz);
+        elias_write(&w, levels, len, p->qsgd.levels, nz);
         size_t n = zc_bw_flush(&w);
         if (n == SIZE_MAX)
             return ZC_ERR_BUFFER_TOO_SMALL;
@@ -453,8 +499,8 @@ elias_decode_bucket(zc_bitreader_t *r, size_t len, const level_scale_t *ls, floa
     return ZC_OK;
 }
 
-static zc_status_t elias_decode_add(zc_bitreader_t *r, size_t len, const level_scale_t *ls,
-                                    float *dst)
+ZC_SHIFT_CLONES static zc_status_t elias_decode_add(zc_bitreader_t *r, size_t len,
+                                                    const level_scale_t *ls, float *dst)
 {
     return ls->exact ? elias_decode_bucket(r, len, ls, dst, 1)
                      : elias_decode_bucket(r, len, ls, dst, 0);

@@ -1600,6 +1600,129 @@ Test(qsgd_hostile, body_header_fields)
 
 /* ------------------------------------------------------------------- elias */
 
+/* ------------------------------------------------- Elias bytes, reference */
+
+/* A bit-serial writer, one bit at a time, least-significant first in each byte. */
+typedef struct ref_bits {
+    uint8_t *buf;
+    uint64_t pos;
+} ref_bits_t;
+
+static void ref_put(ref_bits_t *r, uint32_t v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++, r->pos++)
+        if (v >> i & 1)
+            r->buf[r->pos >> 3] |= (uint8_t)(1u << (r->pos & 7));
+}
+
+/*
+ * Elias omega as docs/codecs.md states it, without the codec's tables: groups
+ * g_m .. g_1 (g_1 = k, g_{j+1} = bitlen(g_j) - 1 down to 1), each a 1 bit and
+ * its low bitlen - 1 bits, then a 0 bit.
+ */
+static void ref_omega(ref_bits_t *r, uint32_t k)
+{
+    uint32_t g[8];
+    int m = 0;
+    for (; k > 1; k = bitlen(k) - 1)
+        g[m++] = k;
+    while (m-- > 0) {
+        ref_put(r, 1, 1);
+        ref_put(r, g[m], bitlen(g[m]) - 1);
+    }
+    ref_put(r, 0, 1);
+}
+
+/*
+ * The Elias payload that the fixed payload @p fx (same input, rng and params
+ * but the coding) implies, built bit by bit: the levels and scales of the two
+ * codings are the same draws.
+ */
+static payload_t ref_elias_payload(const payload_t *fx, uint64_t n, uint32_t d, uint32_t s)
+{
+    const unsigned b = width_for(s);
+    payload_t out = {calloc(1, fx->len * 4 + 64), 0};
+    cr_assert_not_null(out.buf);
+    memcpy(out.buf, fx->buf, HDR + BODY_HDR);
+    out.buf[HDR + 6] = ZC_QSGD_CODING_ELIAS;
+    size_t in = HDR + BODY_HDR, at = HDR + BODY_HDR;
+    for (uint64_t first = 0; first < n; first += d) {
+        const uint64_t m = n - first < d ? n - first : d;
+        zc_store_le32(out.buf + at, zc_load_le32(fx->buf + in) | ELIAS_FLAG);
+        in += 4;
+        at += 4;
+        ref_bits_t r = {out.buf + at, 0};
+        uint64_t nnz = 0;
+        for (uint64_t i = 0; i < m; i++)
+            nnz += (get_bits(fx->buf + in, i * b, b) & ((1u << (b - 1)) - 1)) != 0;
+        ref_omega(&r, (uint32_t)nnz + 1);
+        uint64_t prev = UINT64_MAX;
+        for (uint64_t i = 0; i < m; i++) {
+            uint32_t code = get_bits(fx->buf + in, i * b, b), k = code & ((1u << (b - 1)) - 1);
+            if (k == 0)
+                continue;
+            ref_omega(&r, (uint32_t)(i - prev));
+            ref_put(&r, code >> (b - 1), 1);
+            ref_omega(&r, k);
+            prev = i;
+        }
+        in += (m * b + 7) / 8;
+        at += (r.pos + 7) / 8;
+    }
+    out.len = at;
+    return out;
+}
+
+/*
+ * Elias payloads, byte for byte, against the reference writer above: the
+ * 4-bit default, the theory setting (s = 91, d = 8192, L2), levels and gaps
+ * past the codec's 4096-entry tables (s = 65535; a bucket of zeros but one),
+ * a short tail bucket, and a buffer of exactly the payload's length (the
+ * bounds-checked writer for the buckets near its end).
+ */
+Test(elias, payload_bytes_match_reference)
+{
+    static const struct {
+        uint32_t s, d;
+        zc_qsgd_scale_t scale;
+        size_t n;
+        int sparse;
+    } cases[] = {
+        {7, 512, ZC_QSGD_SCALE_MAX, 5000, 0},    {91, 8192, ZC_QSGD_SCALE_L2, 20000, 0},
+        {65535, 64, ZC_QSGD_SCALE_MAX, 1000, 0}, {7, 8192, ZC_QSGD_SCALE_MAX, 16384 + 77, 1},
+        {1, 100, ZC_QSGD_SCALE_MAX, 999, 0},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        const size_t n = cases[c].n;
+        float *x = xmalloc(n * sizeof(float));
+        fill_gauss(x, n, 40 + c, 1.0);
+        if (cases[c].sparse) /* one large value a bucket: gaps of thousands */
+            for (size_t i = 0; i < n; i++)
+                x[i] = i % 8192 == 4100 ? 1.0f : x[i] * 1e-6f;
+        zc_codec_rng_t rng = test_codec_rng(5, 2, (uint32_t)c);
+        zc_codec_params_t pf =
+            qsgd_params(cases[c].s, cases[c].d, cases[c].scale, ZC_QSGD_CODING_FIXED);
+        zc_codec_params_t pe =
+            qsgd_params(cases[c].s, cases[c].d, cases[c].scale, ZC_QSGD_CODING_ELIAS);
+        payload_t fx = encode_ok(&pf, &rng, ZC_DTYPE_F32, x, n);
+        payload_t el = encode_ok(&pe, &rng, ZC_DTYPE_F32, x, n);
+        payload_t want = ref_elias_payload(&fx, n, cases[c].d, cases[c].s);
+        cr_assert_eq(el.len, want.len, "case %zu: length %zu, reference %zu", c, el.len, want.len);
+        cr_assert_arr_eq(el.buf, want.buf, el.len, "case %zu: bytes", c);
+        uint8_t *tight = xmalloc(el.len);
+        size_t len = 0;
+        cr_assert_eq(zc_codec_encode(&pe, NULL, &rng, ZC_DTYPE_F32, x, n, tight, el.len, &len),
+                     ZC_OK, "case %zu: a buffer of the payload's length", c);
+        cr_assert_eq(len, el.len);
+        cr_assert_arr_eq(tight, el.buf, len, "case %zu: bytes, tight buffer", c);
+        free(tight);
+        payload_free(&want);
+        payload_free(&el);
+        payload_free(&fx);
+        free(x);
+    }
+}
+
 /* ----------------------------------------------------- error feedback, fused */
 
 /*
