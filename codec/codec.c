@@ -317,19 +317,6 @@ static zc_status_t state_for(const zc_codec_params_t *params, zc_codec_state_t *
     return ZC_OK;
 }
 
-/* Sets every NaN and infinity of @p x to 0; returns how many there were. */
-static uint64_t clear_nonfinite(float *x, uint64_t n)
-{
-    uint64_t cleared = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        if (!isfinite(x[i])) {
-            x[i] = 0.0f;
-            cleared++;
-        }
-    }
-    return cleared;
-}
-
 /*
  * Sends the values of @p src that the codec's body cannot carry out of band:
  * collects them into @p oob and returns in *src_p the input with 0 at their
@@ -530,7 +517,7 @@ ZC_EXPORT zc_status_t zc_codec_encode(const zc_codec_params_t *params, zc_codec_
                       err_free);
         /* past the cap the body carried non-finite values: none may stay for the next call */
         if (surplus)
-            state->oob_values += clear_nonfinite(residual, count);
+            state->oob_values += zc_oob_clear_nonfinite(residual, count);
     }
     zc_payload_header_write(dst, params->codec, count);
     if (oob.n) {

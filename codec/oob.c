@@ -3,6 +3,7 @@
 #include "codec/payload.h"
 #include "common/compiler.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,18 @@ zc_status_t zc_oob_reserve(zc_oob_t *oob, uint64_t cap)
     oob->val = v;
     oob->cap = cap;
     return ZC_OK;
+}
+
+uint64_t zc_oob_clear_nonfinite(float *x, uint64_t n)
+{
+    uint64_t cleared = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) {
+            x[i] = 0.0f;
+            cleared++;
+        }
+    }
+    return cleared;
 }
 
 zc_status_t zc_oob_push(zc_oob_t *oob, uint64_t pos, float val)

@@ -34,6 +34,12 @@ typedef struct zc_oob {
 
 void zc_oob_free(zc_oob_t *oob);
 
+/*
+ * Sets every NaN and infinity of @p x to 0 and returns how many there were: a
+ * residual after a body carried them past the section's cap.
+ */
+uint64_t zc_oob_clear_nonfinite(float *x, uint64_t n);
+
 /* Room for @p cap entries, so that pushes up to there cannot fail. */
 zc_status_t zc_oob_reserve(zc_oob_t *oob, uint64_t cap);
 

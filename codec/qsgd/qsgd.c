@@ -115,11 +115,41 @@ static uint64_t elias_bits(const int32_t *levels, size_t len)
     return bits + zc_elias_len((uint32_t)nnz + 1);
 }
 
-/* The records of elias_write through zc_bw_put, which checks every store against the end. */
-static void elias_write_checked(zc_bitwriter_t *w, const int32_t *levels, const uint32_t *nz,
-                                size_t nnz)
+/*
+ * zc_bw_put's steps without its bounds check and value mask, for a writer
+ * with room for 8 bytes at pos and clean @p bits (none above @p n): the same
+ * bytes.
+ */
+static inline void bw_put_unchecked(zc_bitwriter_t *w, uint64_t bits, unsigned n)
 {
+    w->acc |= bits << w->nbits;
+    w->nbits += n;
+    zc_store_le64(w->buf + w->pos, w->acc);
+    w->pos += w->nbits >> 3;
+    w->acc >>= w->nbits & ~7u;
+    w->nbits &= 7;
+}
+
+/*
+ * Nonzero positions are first gathered without branches (zeros fall at random,
+ * a branch on them mispredicts), then each record is one table lookup per code
+ * and one put. The writer lives in a local copy so that its state stays in
+ * registers; when the bucket's worst case (elias_bucket_bytes) and an 8-byte
+ * store past it fit, its puts skip the bounds check. @p nz has room for @p len
+ * positions.
+ */
+ZC_SHIFT_CLONES static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len,
+                                        uint32_t s, uint32_t *nz)
+{
+    size_t nnz = 0;
+    for (size_t i = 0; i < len; i++) {
+        nz[nnz] = (uint32_t)i;
+        nnz += levels[i] != 0;
+    }
+    zc_elias_put(w, (uint32_t)nnz + 1);
+
     zc_bitwriter_t lw = *w;
+    const int room = lw.cap - lw.pos >= elias_bucket_bytes(len, s) + 8;
     uint32_t prev = UINT32_MAX; /* position -1 */
     for (size_t j = 0; j < nnz; j++) {
         uint32_t i = nz[j], gap = i - prev;
@@ -134,71 +164,15 @@ static void elias_write_checked(zc_bitwriter_t *w, const int32_t *levels, const 
         }
         /* gap code, sign and level code in one put: at most 19 + 1 + 19 bits */
         uint32_t eg = zc_elias_enc_table[gap], ek = zc_elias_enc_table[k];
-        unsigned lg = eg >> 24;
+        unsigned lg = eg >> 24, n = lg + 1 + (ek >> 24);
         uint64_t bits =
             (eg & 0xffffffu) | (uint64_t)(l < 0) << lg | (uint64_t)(ek & 0xffffffu) << (lg + 1);
-        zc_bw_put(&lw, bits, lg + 1 + (ek >> 24));
+        if (room)
+            bw_put_unchecked(&lw, bits, n);
+        else
+            zc_bw_put(&lw, bits, n);
     }
     *w = lw;
-}
-
-/*
- * Nonzero positions are first gathered without branches (zeros fall at random,
- * a branch on them mispredicts), then each record is one table lookup per code
- * and one put. When the bucket's worst case (elias_bucket_bytes) and an 8-byte
- * store past it fit, the puts are the writer's own steps without its bounds
- * check: OR the record in, store 8 bytes, advance by the whole bytes; the
- * bytes are those zc_bw_put writes. @p nz has room for @p len positions.
- */
-ZC_SHIFT_CLONES static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len,
-                                        uint32_t s, uint32_t *nz)
-{
-    size_t nnz = 0;
-    for (size_t i = 0; i < len; i++) {
-        nz[nnz] = (uint32_t)i;
-        nnz += levels[i] != 0;
-    }
-    zc_elias_put(w, (uint32_t)nnz + 1);
-
-    const uint64_t worst = elias_bucket_bytes(len, s); /* scale word included: slack */
-    if (w->cap - w->pos < worst + 8) {
-        elias_write_checked(w, levels, nz, nnz);
-        return;
-    }
-    uint8_t *out = w->buf + w->pos;
-    uint64_t acc = w->acc;
-    unsigned nb = w->nbits;     /* < 8 between records; a record adds at most 39 */
-    uint32_t prev = UINT32_MAX; /* position -1 */
-    for (size_t j = 0; j < nnz; j++) {
-        uint32_t i = nz[j], gap = i - prev;
-        int32_t l = levels[i];
-        uint32_t k = (uint32_t)abs(l);
-        prev = i;
-        if (ZC_UNLIKELY(gap >= ZC_ELIAS_TABLE_SIZE || k >= ZC_ELIAS_TABLE_SIZE)) {
-            w->pos = (size_t)(out - w->buf);
-            w->acc = acc;
-            w->nbits = nb;
-            zc_elias_put(w, gap);
-            zc_bw_put(w, l < 0, 1);
-            zc_elias_put(w, k);
-            out = w->buf + w->pos;
-            acc = w->acc;
-            nb = w->nbits;
-            continue;
-        }
-        uint32_t eg = zc_elias_enc_table[gap], ek = zc_elias_enc_table[k];
-        unsigned lg = eg >> 24;
-        acc |= ((eg & 0xffffffu) | (uint64_t)(l < 0) << lg | (uint64_t)(ek & 0xffffffu) << (lg + 1))
-               << nb;
-        nb += lg + 1 + (ek >> 24);
-        zc_store_le64(out, acc);
-        out += nb >> 3;
-        acc >>= nb & ~7u;
-        nb &= 7;
-    }
-    w->pos = (size_t)(out - w->buf);
-    w->acc = acc;
-    w->nbits = nb;
 }
 
 typedef struct qsgd_scratch {
@@ -612,19 +586,6 @@ static void bucket_spill(float *x, size_t len, uint64_t first, zc_oob_t *spill, 
     }
 }
 
-/* Sets the NaNs and infinities of @p x to 0 and returns how many there were. */
-static uint64_t bucket_clear(float *x, size_t len)
-{
-    uint64_t cleared = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (!isfinite(x[i])) {
-            x[i] = 0.0f;
-            cleared++;
-        }
-    }
-    return cleared;
-}
-
 /*
  * Error feedback in one pass (ops.encode_ef): per bucket, residual += input,
  * the bucket quantized and coded, and its codes decoded with alpha = -1 into
@@ -676,7 +637,7 @@ static zc_status_t qsgd_encode_ef(const zc_codec_params_t *p, zc_codec_state_t *
             return ZC_ERR_INTERNAL;
         }
         if (ZC_UNLIKELY(isnan(scale)))
-            state->oob_values += bucket_clear(r, len);
+            state->oob_values += zc_oob_clear_nonfinite(r, len);
     }
     free(sc.heap);
     *len_p = pos;

@@ -2,28 +2,6 @@
 #include "codec/topk/topk_int.h"
 #include "common/cpu.h"
 
-/*
- * Branch-free: every value stores its position and the count advances only for
- * kept ones (about 1% of them, at random: a branch would mispredict). The stop
- * test runs once per block, so a block can write up to 64 entries past cap.
- */
-static uint64_t collect_scalar(const float *x, size_t n, uint64_t first, uint32_t thr,
-                               uint64_t *idx, uint64_t cap)
-{
-    uint64_t c = 0;
-
-    for (size_t i0 = 0; i0 < n; i0 += 64) {
-        size_t end = n - i0 < 64 ? n : i0 + 64;
-        for (size_t i = i0; i < end; i++) {
-            idx[c] = first + i;
-            c += zc_topk_key(x[i]) >= thr;
-        }
-        if (c > cap)
-            break;
-    }
-    return c;
-}
-
 /* The residual's sums, past the point where add_collect stops collecting. */
 void zc_topk_add_rest(const float *x, float *res, size_t n)
 {
@@ -31,26 +9,35 @@ void zc_topk_add_rest(const float *x, float *res, size_t n)
         res[i] += x[i];
 }
 
-/* collect_scalar with the sum stored first: the same blocks, the same early stop of the positions.
+/*
+ * Branch-free: every value stores its position and the count advances only for
+ * kept ones (about 1% of them, at random: a branch would mispredict). The stop
+ * test runs once per block, so a block can write up to 64 entries past cap.
+ * With @p res, the sums res + x are stored and collected (add_collect).
  */
+static inline uint64_t collect_blocks(const float *x, float *res, size_t n, uint64_t first,
+                                      uint32_t thr, uint64_t *idx, uint64_t cap)
+{
+    uint64_t c = 0;
+
+    for (size_t i0 = 0; i0 < n; i0 += 64) {
+        c = zc_topk_collect_steps(x, res, i0, n - i0 < 64 ? n : i0 + 64, first, thr, idx, c);
+        if (c > cap)
+            return zc_topk_past_cap(x, res, n - i0 < 64 ? n : i0 + 64, n, c);
+    }
+    return c;
+}
+
+static uint64_t collect_scalar(const float *x, size_t n, uint64_t first, uint32_t thr,
+                               uint64_t *idx, uint64_t cap)
+{
+    return collect_blocks(x, NULL, n, first, thr, idx, cap);
+}
+
 static uint64_t add_collect_scalar(const float *x, float *res, size_t n, uint64_t first,
                                    uint32_t thr, uint64_t *idx, uint64_t cap)
 {
-    uint64_t c = 0;
-    size_t i0 = 0;
-
-    for (; i0 < n && c <= cap; i0 += 64) {
-        size_t end = n - i0 < 64 ? n : i0 + 64;
-        for (size_t i = i0; i < end; i++) {
-            float r = res[i] + x[i];
-            res[i] = r;
-            idx[c] = first + i;
-            c += zc_topk_key(r) >= thr;
-        }
-    }
-    if (i0 < n)
-        zc_topk_add_rest(x + i0, res + i0, n - i0);
-    return c;
+    return collect_blocks(x, res, n, first, thr, idx, cap);
 }
 
 const zc_topk_kernels_t zc_topk_kernels_scalar = {

@@ -28,58 +28,42 @@ static inline unsigned kept_mask(__m256 v, __m256i t)
     return (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(ge));
 }
 
-static uint64_t collect_avx2(const float *x, size_t n, uint64_t first, uint32_t thr, uint64_t *idx,
-                             uint64_t cap)
+/* Eight keys per compare, 64 values between stop tests; with @p res as collect_vectors (AVX-512).
+ */
+static inline uint64_t collect_vectors(const float *x, float *res, size_t n, uint64_t first,
+                                       uint32_t thr, uint64_t *idx, uint64_t cap)
 {
     const __m256i t = _mm256_set1_epi32((int)thr);
     uint64_t c = 0;
     size_t i = 0;
 
-    for (; i + 64 <= n; i += 64) {
-        for (unsigned u = 0; u < 64; u += 8) {
-            unsigned m = kept_mask(_mm256_loadu_ps(x + i + u), t);
+    while (i + 64 <= n) {
+        for (unsigned u = 0; u < 64; u += 8, i += 8) {
+            __m256 v = _mm256_loadu_ps(x + i);
+            if (res) {
+                v = _mm256_add_ps(_mm256_loadu_ps(res + i), v);
+                _mm256_storeu_ps(res + i, v);
+            }
+            unsigned m = kept_mask(v, t);
             if (m)
-                c = put_lanes(m, first + i + u, idx, c);
+                c = put_lanes(m, first + i, idx, c);
         }
         if (c > cap)
-            return c;
+            return zc_topk_past_cap(x, res, i, n, c);
     }
-    for (; i < n; i++) {
-        idx[c] = first + i;
-        c += zc_topk_key(x[i]) >= thr;
-    }
-    return c;
+    return zc_topk_collect_steps(x, res, i, n, first, thr, idx, c);
+}
+
+static uint64_t collect_avx2(const float *x, size_t n, uint64_t first, uint32_t thr, uint64_t *idx,
+                             uint64_t cap)
+{
+    return collect_vectors(x, NULL, n, first, thr, idx, cap);
 }
 
 static uint64_t add_collect_avx2(const float *x, float *res, size_t n, uint64_t first, uint32_t thr,
                                  uint64_t *idx, uint64_t cap)
 {
-    const __m256i t = _mm256_set1_epi32((int)thr);
-    uint64_t c = 0;
-    size_t i = 0;
-
-    while (i + 64 <= n && c <= cap) {
-        for (unsigned u = 0; u < 64; u += 8, i += 8) {
-            __m256 r = _mm256_add_ps(_mm256_loadu_ps(res + i), _mm256_loadu_ps(x + i));
-            _mm256_storeu_ps(res + i, r);
-            unsigned m = kept_mask(r, t);
-            if (m)
-                c = put_lanes(m, first + i, idx, c);
-        }
-    }
-    if (c <= cap) {
-        for (; i < n; i++) {
-            float r = res[i] + x[i];
-            res[i] = r;
-            idx[c] = first + i;
-            c += zc_topk_key(r) >= thr;
-        }
-    }
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(res + i, _mm256_add_ps(_mm256_loadu_ps(res + i), _mm256_loadu_ps(x + i)));
-    if (i < n)
-        zc_topk_add_rest(x + i, res + i, n - i);
-    return c;
+    return collect_vectors(x, res, n, first, thr, idx, cap);
 }
 
 const zc_topk_kernels_t zc_topk_kernels_avx2 = {

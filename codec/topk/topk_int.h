@@ -203,4 +203,36 @@ const zc_topk_kernels_t *zc_topk_kernels(void);
 /* res[i] += x[i] for i < n: add_collect's tail once it stopped collecting. */
 void zc_topk_add_rest(const float *x, float *res, size_t n);
 
+/*
+ * The steps of collect (@p res NULL) or add_collect for i in [i0, end), one
+ * value at a time, branch-free: the sum stored, the position written at
+ * idx[c], the count advanced when the value is kept. Returns the count.
+ */
+static inline uint64_t zc_topk_collect_steps(const float *x, float *res, size_t i0, size_t end,
+                                             uint64_t first, uint32_t thr, uint64_t *idx,
+                                             uint64_t c)
+{
+    for (size_t i = i0; i < end; i++) {
+        float r = x[i];
+        if (res) {
+            r = res[i] + r;
+            res[i] = r;
+        }
+        idx[c] = first + i;
+        c += zc_topk_key(r) >= thr;
+    }
+    return c;
+}
+
+/*
+ * What a kernel does once its count passed cap: collect returns, add_collect
+ * adds the rest (rarely: the sampled threshold missed) and returns.
+ */
+static inline uint64_t zc_topk_past_cap(const float *x, float *res, size_t i, size_t n, uint64_t c)
+{
+    if (res)
+        zc_topk_add_rest(x + i, res + i, n - i);
+    return c;
+}
+
 #endif

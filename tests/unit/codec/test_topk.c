@@ -1143,37 +1143,6 @@ Test(topk_kernels, avx512_payloads_identical)
     }
 }
 
-/* The collect kernels alone, over odd lengths, offsets and thresholds, and their early stop. */
-Test(topk_kernels, collect_identical)
-{
-    if (!have_avx512())
-        cr_skip_test("no AVX-512 on this CPU");
-    const size_t n = 5000;
-    float *x = gauss_new(n, 80);
-    uint64_t *a = xmalloc((n + ZC_TOPK_COLLECT_SLACK) * sizeof(uint64_t));
-    uint64_t *b = xmalloc((n + ZC_TOPK_COLLECT_SLACK) * sizeof(uint64_t));
-    static const float thr[] = {0.0f, 0.5f, 2.0f, 3.5f, 100.0f};
-    for (size_t t = 0; t < sizeof(thr) / sizeof(thr[0]); t++) {
-        for (size_t len = 0; len < 300; len += 7) {
-            uint64_t ca = zc_topk_kernels_scalar.collect(x + 3, len, 1000, key_of(thr[t]), a, n);
-            uint64_t cb = zc_topk_kernels_avx512.collect(x + 3, len, 1000, key_of(thr[t]), b, n);
-            cr_assert_eq(ca, cb);
-            cr_assert_arr_eq(a, b, ca * sizeof(uint64_t));
-        }
-        uint64_t ca = zc_topk_kernels_scalar.collect(x, n, 0, key_of(thr[t]), a, n);
-        uint64_t cb = zc_topk_kernels_avx512.collect(x, n, 0, key_of(thr[t]), b, n);
-        cr_assert_eq(ca, cb);
-        /* a cap below the count: both report more than the cap */
-        if (ca > 10) {
-            cr_assert_gt(zc_topk_kernels_scalar.collect(x, n, 0, key_of(thr[t]), a, 10), 10);
-            cr_assert_gt(zc_topk_kernels_avx512.collect(x, n, 0, key_of(thr[t]), b, 10), 10);
-        }
-    }
-    free(a);
-    free(b);
-    free(x);
-}
-
 /* The SIMD kernel tables this CPU runs, with their levels. */
 typedef struct simd_kernels {
     zc_cpu_level_t level;
@@ -1190,27 +1159,37 @@ static size_t simd_kernels(simd_kernels_t out[2])
     return m;
 }
 
-Test(topk_kernels, avx2_collect_identical)
+/* The collect kernels alone, over odd lengths, offsets and thresholds, and their early stop. */
+Test(topk_kernels, collect_identical)
 {
-    if (zc_cpu_detect() < ZC_CPU_AVX2)
-        cr_skip_test("no AVX2 on this CPU");
+    simd_kernels_t simd[2];
+    const size_t m = simd_kernels(simd);
+    if (m == 0)
+        cr_skip_test("no SIMD level on this CPU");
     const size_t n = 5000;
     float *x = gauss_new(n, 80);
     uint64_t *a = xmalloc((n + ZC_TOPK_COLLECT_SLACK) * sizeof(uint64_t));
     uint64_t *b = xmalloc((n + ZC_TOPK_COLLECT_SLACK) * sizeof(uint64_t));
     static const float thr[] = {0.0f, 0.5f, 2.0f, 3.5f, 100.0f};
-    for (size_t t = 0; t < sizeof(thr) / sizeof(thr[0]); t++) {
-        for (size_t len = 0; len < 300; len += 7) {
-            uint64_t ca = zc_topk_kernels_scalar.collect(x + 3, len, 1000, key_of(thr[t]), a, n);
-            uint64_t cb = zc_topk_kernels_avx2.collect(x + 3, len, 1000, key_of(thr[t]), b, n);
-            cr_assert_eq(ca, cb);
+    for (size_t k = 0; k < m; k++) {
+        const zc_topk_kernels_t *kv = simd[k].kern;
+        for (size_t t = 0; t < sizeof(thr) / sizeof(thr[0]); t++) {
+            for (size_t len = 0; len < 300; len += 7) {
+                uint64_t ca =
+                    zc_topk_kernels_scalar.collect(x + 3, len, 1000, key_of(thr[t]), a, n);
+                uint64_t cb = kv->collect(x + 3, len, 1000, key_of(thr[t]), b, n);
+                cr_assert_eq(ca, cb, "level %d", (int)simd[k].level);
+                cr_assert_arr_eq(a, b, ca * sizeof(uint64_t));
+            }
+            uint64_t ca = zc_topk_kernels_scalar.collect(x, n, 0, key_of(thr[t]), a, n);
+            cr_assert_eq(kv->collect(x, n, 0, key_of(thr[t]), b, n), ca);
             cr_assert_arr_eq(a, b, ca * sizeof(uint64_t));
+            /* a cap below the count: both report more than the cap */
+            if (ca > 10) {
+                cr_assert_gt(zc_topk_kernels_scalar.collect(x, n, 0, key_of(thr[t]), a, 10), 10);
+                cr_assert_gt(kv->collect(x, n, 0, key_of(thr[t]), b, 10), 10);
+            }
         }
-        uint64_t ca = zc_topk_kernels_scalar.collect(x, n, 0, key_of(thr[t]), a, n);
-        cr_assert_eq(zc_topk_kernels_avx2.collect(x, n, 0, key_of(thr[t]), b, n), ca);
-        cr_assert_arr_eq(a, b, ca * sizeof(uint64_t));
-        if (ca > 10)
-            cr_assert_gt(zc_topk_kernels_avx2.collect(x, n, 0, key_of(thr[t]), b, 10), 10);
     }
     free(a);
     free(b);
