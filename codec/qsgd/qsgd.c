@@ -157,9 +157,12 @@ ZC_SHIFT_CLONES static void elias_write(zc_bitwriter_t *w, const int32_t *levels
         uint32_t k = (uint32_t)abs(l);
         prev = i;
         if (ZC_UNLIKELY(gap >= ZC_ELIAS_TABLE_SIZE || k >= ZC_ELIAS_TABLE_SIZE)) {
-            zc_elias_put(&lw, gap);
-            zc_bw_put(&lw, l < 0, 1);
-            zc_elias_put(&lw, k);
+            /* through *w: lw's address is never taken, so it stays in registers */
+            *w = lw;
+            zc_elias_put(w, gap);
+            zc_bw_put(w, l < 0, 1);
+            zc_elias_put(w, k);
+            lw = *w;
             continue;
         }
         /* gap code, sign and level code in one put: at most 19 + 1 + 19 bits */
