@@ -476,8 +476,8 @@ elias_decode_bucket(zc_bitreader_t *r, size_t len, const level_scale_t *ls, floa
     return ZC_OK;
 }
 
-ZC_SHIFT_CLONES static zc_status_t elias_decode_add(zc_bitreader_t *r, size_t len,
-                                                    const level_scale_t *ls, float *dst)
+static zc_status_t elias_decode_add(zc_bitreader_t *r, size_t len, const level_scale_t *ls,
+                                    float *dst)
 {
     return ls->exact ? elias_decode_bucket(r, len, ls, dst, 1)
                      : elias_decode_bucket(r, len, ls, dst, 0);
