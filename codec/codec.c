@@ -331,19 +331,6 @@ static zc_status_t state_for(const zc_codec_params_t *params, zc_codec_state_t *
     return ZC_OK;
 }
 
-/* Sets every NaN and infinity of @p x to 0; returns how many there were. */
-static uint64_t clear_nonfinite(float *x, uint64_t n)
-{
-    uint64_t cleared = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        if (!isfinite(x[i])) {
-            x[i] = 0.0f;
-            cleared++;
-        }
-    }
-    return cleared;
-}
-
 /*
  * Sends the values of @p src that the codec's body cannot carry out of band:
  * collects them into @p oob and returns in *src_p the input with 0 at their
@@ -514,9 +501,21 @@ static zc_status_t encode_payload(const zc_codec_params_t *params, zc_codec_stat
     float *residual = state ? state->residual : NULL;
     if (!rng)
         rng = &rng_zero;
+    uint8_t *body = (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES;
+    int scan = 1;  /* the generic scan for values out of band, before the encode */
+    int fused = 0; /* encode_ef ran: 1, and it encoded and subtracted: 2 */
     if (residual) {
         /* error feedback: encode input + residual, then residual -= what was sent */
-        zc_dtype_add_f32(dtype, src, (size_t)count, residual);
+        if (ops->encode_ef && dtype == ZC_DTYPE_F32 && !ops->encode_spill) {
+            status = ops->encode_ef(params, state, rng, src, count, residual, body,
+                                    cap - ZC_PAYLOAD_HEADER_BYTES, &body_len, &oob);
+            if (status < 0)
+                goto err_free;
+            fused = status == ZC_OK ? 2 : 1;
+            scan = status == ZC_CODEC_RETRY_OOB;
+        } else {
+            zc_dtype_add_f32(dtype, src, (size_t)count, residual);
+        }
         src = residual;
         dtype = ZC_DTYPE_F32;
     }
@@ -525,21 +524,23 @@ static zc_status_t encode_payload(const zc_codec_params_t *params, zc_codec_stat
      * (minus what the body decodes to at a 0, exact), never an infinity or a
      * NaN that would come back at every later call.
      */
-    uint8_t *body = (uint8_t *)dst + ZC_PAYLOAD_HEADER_BYTES;
-    int scan = 1; /* the generic scan for values out of band, before the encode */
     surplus = 0;
     oob_len = 0;
-    if (ops->encode_spill) {
+    if (fused == 1) {
+        /* stopped at a value for the section: the scan below */
+    } else if (fused == 2 || ops->encode_spill) {
         /* the codec finds them itself, body first; the section then goes in front of it */
         const size_t body_cap = cap - ZC_PAYLOAD_HEADER_BYTES;
         scan = 0;
-        if (residual) {
-            status = ZC_ERR_INTERNAL; /* encode_spill codecs keep no residual */
-            goto err_free;
+        if (!fused) {
+            if (residual) {
+                status = ZC_ERR_INTERNAL; /* encode_spill codecs keep no residual */
+                goto err_free;
+            }
+            ZC_CHECK_GOTO(ops->encode_spill(params, state, rng, dtype, src, count, body, body_cap,
+                                            &body_len, &oob),
+                          status, err_free);
         }
-        ZC_CHECK_GOTO(ops->encode_spill(params, state, rng, dtype, src, count, body, body_cap,
-                                        &body_len, &oob),
-                      status, err_free);
         if (state)
             state->oob_values += oob.n;
         ZC_CHECK_GOTO(oob_fit(ops, state, body, &body_len, body_cap, count, &oob), status,
@@ -584,12 +585,12 @@ static zc_status_t encode_payload(const zc_codec_params_t *params, zc_codec_stat
         ZC_CHECK_GOTO(oob_fit(ops, state, body, &body_len, body_cap, count, &oob), status,
                       err_restore);
     }
-    if (residual) {
+    if (residual && fused != 2) {
         ZC_CHECK_GOTO(ops->decode_add(state, body, body_len, residual, count, -1.0f), status,
                       err_free);
         /* past the cap the body carried non-finite values: none may stay for the next call */
         if (surplus)
-            state->oob_values += clear_nonfinite(residual, count);
+            state->oob_values += zc_oob_clear_nonfinite(residual, count);
     }
     zc_payload_header_write(dst, params->codec, count);
     if (oob.n) {

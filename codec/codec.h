@@ -153,6 +153,22 @@ typedef struct zc_codec_ops {
                               const zc_codec_rng_t *rng, zc_dtype_t dtype, const void *src,
                               uint64_t count, uint8_t *dst, size_t cap, size_t *len_p);
     /*
+     * Error feedback in one pass (optional; f32 input, codecs with a
+     * residual): adds @p src into @p residual, encodes the sums into @p dst
+     * and subtracts from @p residual what the body decodes to, leaving bit for
+     * bit the payload and residual of the generic path (the addition, the
+     * out-of-band scan and split, encode, decode_add(alpha = -1), clearing).
+     * Values for the section go to @p spill as encode_spill's do, at most
+     * zc_oob_cap(count) of them; or the codec stops with ZC_CODEC_RETRY_OOB,
+     * leaving old + src in @p residual for the generic path to go on from
+     * (as it does when @p cap is below its worst case). Errors leave
+     * old + src in @p residual as well.
+     */
+    zc_status_t (*encode_ef)(const zc_codec_params_t *params, zc_codec_state_t *state,
+                             const zc_codec_rng_t *rng, const float *src, uint64_t count,
+                             float *residual, uint8_t *dst, size_t cap, size_t *len_p,
+                             struct zc_oob *spill);
+    /*
      * encode for a codec that finds its own values out of band (fp16, bf16:
      * where the cast overflowed, seen in each body block just written, in
      * cache): writes 0 there in the body and appends

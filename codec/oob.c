@@ -3,6 +3,7 @@
 #include "codec/payload.h"
 #include "common/compiler.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,20 +18,38 @@ void zc_oob_free(zc_oob_t *oob)
     memset(oob, 0, sizeof(*oob));
 }
 
+zc_status_t zc_oob_reserve(zc_oob_t *oob, uint64_t cap)
+{
+    if (cap <= oob->cap)
+        return ZC_OK;
+    uint64_t *p = realloc(oob->pos, (size_t)cap * sizeof(*p));
+    if (!p)
+        return ZC_ERR_NO_MEMORY;
+    oob->pos = p;
+    float *v = realloc(oob->val, (size_t)cap * sizeof(*v));
+    if (!v)
+        return ZC_ERR_NO_MEMORY;
+    oob->val = v;
+    oob->cap = cap;
+    return ZC_OK;
+}
+
+uint64_t zc_oob_clear_nonfinite(float *x, uint64_t n)
+{
+    uint64_t cleared = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) {
+            x[i] = 0.0f;
+            cleared++;
+        }
+    }
+    return cleared;
+}
+
 zc_status_t zc_oob_push(zc_oob_t *oob, uint64_t pos, float val)
 {
-    if (oob->n == oob->cap) {
-        uint64_t cap = oob->cap ? 2 * oob->cap : 16;
-        uint64_t *p = realloc(oob->pos, (size_t)cap * sizeof(*p));
-        if (!p)
-            return ZC_ERR_NO_MEMORY;
-        oob->pos = p;
-        float *v = realloc(oob->val, (size_t)cap * sizeof(*v));
-        if (!v)
-            return ZC_ERR_NO_MEMORY;
-        oob->val = v;
-        oob->cap = cap;
-    }
+    if (oob->n == oob->cap)
+        ZC_CHECK(zc_oob_reserve(oob, oob->cap ? 2 * oob->cap : 16));
     oob->pos[oob->n] = pos;
     oob->val[oob->n++] = val;
     return ZC_OK;

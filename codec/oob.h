@@ -13,7 +13,8 @@
  * as LEB128 gaps (shortest form, at most 10 bytes), each the distance to the
  * previous position less one (from position -1): strictly increasing.
  *
- * Pure compute, used by codec.c only.
+ * Pure compute, used by codec.c and by the codecs that find their values out of
+ * band themselves (encode_spill, encode_ef).
  */
 #ifndef ZC_CODEC_OOB_H
 #define ZC_CODEC_OOB_H
@@ -32,6 +33,15 @@ typedef struct zc_oob {
 } zc_oob_t;
 
 void zc_oob_free(zc_oob_t *oob);
+
+/*
+ * Sets every NaN and infinity of @p x to 0 and returns how many there were: a
+ * residual after a body carried them past the section's cap.
+ */
+uint64_t zc_oob_clear_nonfinite(float *x, uint64_t n);
+
+/* Room for @p cap entries, so that pushes up to there cannot fail. */
+zc_status_t zc_oob_reserve(zc_oob_t *oob, uint64_t cap);
 
 /* Appends one entry; @p pos must be above the last one's. */
 zc_status_t zc_oob_push(zc_oob_t *oob, uint64_t pos, float val);

@@ -19,10 +19,18 @@
  * not "arch=skylake-avx512": that one's tuning (256-bit preference) took
  * GradiVeQ's decode, written in 16-lane vectors, from 5.5 to 0.7 GB/s.
  */
+/*
+ * A bit-serial loop (variable shifts: Elias coding) built twice: with BMI2,
+ * whose shlx/shrx take one micro-op where the baseline's shift by %cl takes
+ * three and writes the flags, and for the baseline. Integer work: the same
+ * bits from both.
+ */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define ZC_WIDE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define ZC_SHIFT_CLONES __attribute__((target_clones("bmi2", "default")))
 #else
 #define ZC_WIDE_CLONES
+#define ZC_SHIFT_CLONES
 #endif
 
 /* Inline helpers that CUDA code (codec/cuda) calls on the device as well: the same bits there. */

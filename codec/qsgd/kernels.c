@@ -95,12 +95,19 @@ static int unpack_add_scalar(const uint8_t *src, size_t n, unsigned b, uint32_t 
     return worst ? -1 : 0;
 }
 
+static void add_scalar(const float *x, size_t n, float *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += x[i];
+}
+
 const zc_qsgd_kernels_t zc_qsgd_kernels_scalar = {
     .max_abs_bits = max_abs_bits_scalar,
     .sum_squares = sum_squares_scalar,
     .quantize = quantize_scalar,
     .pack = pack_scalar,
     .unpack_add = unpack_add_scalar,
+    .add = add_scalar,
 };
 
 const zc_qsgd_kernels_t *zc_qsgd_kernels(void)

@@ -237,10 +237,20 @@ static int unpack_add_avx2(const uint8_t *src, size_t n, unsigned b, uint32_t s,
     return 0;
 }
 
+static void add_avx2(const float *x, size_t n, float *dst)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), _mm256_loadu_ps(x + i)));
+    if (i < n)
+        zc_qsgd_kernels_scalar.add(x + i, n - i, dst + i);
+}
+
 const zc_qsgd_kernels_t zc_qsgd_kernels_avx2 = {
     .max_abs_bits = max_abs_bits_avx2,
     .sum_squares = sum_squares_avx2,
     .quantize = quantize_avx2,
     .pack = pack_avx2,
     .unpack_add = unpack_add_avx2,
+    .add = add_avx2,
 };

@@ -191,10 +191,20 @@ static int unpack_add_avx512(const uint8_t *src, size_t n, unsigned b, uint32_t 
     return 0;
 }
 
+static void add_avx512(const float *x, size_t n, float *dst)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_add_ps(_mm512_loadu_ps(dst + i), _mm512_loadu_ps(x + i)));
+    if (i < n)
+        zc_qsgd_kernels_scalar.add(x + i, n - i, dst + i);
+}
+
 const zc_qsgd_kernels_t zc_qsgd_kernels_avx512 = {
     .max_abs_bits = max_abs_bits_avx512,
     .sum_squares = sum_squares_avx512,
     .quantize = quantize_avx512,
     .pack = pack_avx512,
     .unpack_add = unpack_add_avx512,
+    .add = add_avx512,
 };

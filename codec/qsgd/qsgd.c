@@ -15,6 +15,7 @@
  *     elias: omega(nnz + 1), then per nonzero omega(gap) sign omega(k), padded
  */
 #include "codec/codec.h"
+#include "codec/oob.h"
 #include "codec/qsgd/qsgd.h"
 #include "common/bitio.h"
 #include "common/compiler.h"
@@ -108,12 +109,30 @@ static uint64_t elias_bits(const int32_t *levels, size_t len)
 }
 
 /*
+ * zc_bw_put's steps without its bounds check and value mask, for a writer
+ * with room for 8 bytes at pos and clean @p bits (none above @p n): the same
+ * bytes.
+ */
+static inline void bw_put_unchecked(zc_bitwriter_t *w, uint64_t bits, unsigned n)
+{
+    w->acc |= bits << w->nbits;
+    w->nbits += n;
+    zc_store_le64(w->buf + w->pos, w->acc);
+    w->pos += w->nbits >> 3;
+    w->acc >>= w->nbits & ~7u;
+    w->nbits &= 7;
+}
+
+/*
  * Nonzero positions are first gathered without branches (zeros fall at random,
  * a branch on them mispredicts), then each record is one table lookup per code
  * and one put. The writer lives in a local copy so that its state stays in
- * registers. @p nz has room for @p len positions.
+ * registers; when the bucket's worst case (elias_bucket_bytes) and an 8-byte
+ * store past it fit, its puts skip the bounds check. @p nz has room for @p len
+ * positions.
  */
-static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len, uint32_t *nz)
+ZC_SHIFT_CLONES static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len,
+                                        uint32_t s, uint32_t *nz)
 {
     size_t nnz = 0;
     for (size_t i = 0; i < len; i++) {
@@ -123,6 +142,7 @@ static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len, ui
     zc_elias_put(w, (uint32_t)nnz + 1);
 
     zc_bitwriter_t lw = *w;
+    const int room = lw.cap - lw.pos >= elias_bucket_bytes(len, s) + 8;
     uint32_t prev = UINT32_MAX; /* position -1 */
     for (size_t j = 0; j < nnz; j++) {
         uint32_t i = nz[j], gap = i - prev;
@@ -130,6 +150,7 @@ static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len, ui
         uint32_t k = (uint32_t)abs(l);
         prev = i;
         if (ZC_UNLIKELY(gap >= ZC_ELIAS_TABLE_SIZE || k >= ZC_ELIAS_TABLE_SIZE)) {
+            /* through *w: lw's address is never taken, so it stays in registers */
             *w = lw;
             zc_elias_put(w, gap);
             zc_bw_put(w, l < 0, 1);
@@ -139,10 +160,13 @@ static void elias_write(zc_bitwriter_t *w, const int32_t *levels, size_t len, ui
         }
         /* gap code, sign and level code in one put: at most 19 + 1 + 19 bits */
         uint32_t eg = zc_elias_enc_table[gap], ek = zc_elias_enc_table[k];
-        unsigned lg = eg >> 24;
+        unsigned lg = eg >> 24, n = lg + 1 + (ek >> 24);
         uint64_t bits =
             (eg & 0xffffffu) | (uint64_t)(l < 0) << lg | (uint64_t)(ek & 0xffffffu) << (lg + 1);
-        zc_bw_put(&lw, bits, lg + 1 + (ek >> 24));
+        if (room)
+            bw_put_unchecked(&lw, bits, n);
+        else
+            zc_bw_put(&lw, bits, n);
     }
     *w = lw;
 }
@@ -231,6 +255,54 @@ static float bucket_quantize(const zc_qsgd_kernels_t *kern, const zc_codec_param
     return scale;
 }
 
+/*
+ * The scale word and codes of one bucket (levels from bucket_quantize) at
+ * dst + *pos_p, which it advances; ZC_ERR_BUFFER_TOO_SMALL past @p cap.
+ */
+static zc_status_t encode_bucket(const zc_qsgd_kernels_t *kern, const zc_codec_params_t *p,
+                                 float scale, const int32_t *levels, size_t len, uint32_t *nz,
+                                 uint8_t *dst, size_t cap, size_t *pos_p)
+{
+    const unsigned b = fixed_width(p->qsgd.levels);
+    const uint64_t fixed_bits = (uint64_t)len * b;
+    size_t pos = *pos_p;
+    int use_elias = p->qsgd.coding == ZC_QSGD_CODING_ELIAS;
+
+    if (p->qsgd.coding == ZC_QSGD_CODING_AUTO)
+        use_elias = ZC_DIV_UP(elias_bits(levels, len), 8) < ZC_DIV_UP(fixed_bits, 8);
+    if (cap - pos < 4)
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    zc_store_le32(dst + pos,
+                  (zc_f32_bits(scale) & 0x7fffffffu) | (use_elias ? QSGD_FLAG_ELIAS : 0));
+    pos += 4;
+    if (use_elias) {
+        zc_bitwriter_t w;
+        zc_bw_init(&w, dst + pos, cap - pos);
+        elias_write(&w, levels, len, p->qsgd.levels, nz);
+        size_t n = zc_bw_flush(&w);
+        if (n == SIZE_MAX)
+            return ZC_ERR_BUFFER_TOO_SMALL;
+        pos += n;
+    } else {
+        size_t n = (size_t)ZC_DIV_UP(fixed_bits, 8);
+        if (cap - pos < n)
+            return ZC_ERR_BUFFER_TOO_SMALL;
+        kern->pack(levels, len, b, dst + pos);
+        pos += n;
+    }
+    *pos_p = pos;
+    return ZC_OK;
+}
+
+static void header_write(const zc_codec_params_t *p, uint8_t *dst)
+{
+    zc_store_le32(dst, p->qsgd.bucket);
+    dst[4] = (uint8_t)p->qsgd.levels;
+    dst[5] = (uint8_t)(p->qsgd.levels >> 8);
+    dst[6] = (uint8_t)p->qsgd.coding;
+    dst[7] = (uint8_t)p->qsgd.scale;
+}
+
 /* The encode; with @p try_oob it stops with ZC_CODEC_RETRY_OOB at a bucket holding a value past
  * ZC_QSGD_OOB_BITS. */
 static zc_status_t encode_buckets(const zc_codec_params_t *p, const zc_codec_rng_t *crng,
@@ -238,12 +310,10 @@ static zc_status_t encode_buckets(const zc_codec_params_t *p, const zc_codec_rng
                                   size_t cap, size_t *len_p, int try_oob)
 {
     const zc_qsgd_kernels_t *kern = zc_qsgd_kernels();
-    const uint32_t s = p->qsgd.levels, d = p->qsgd.bucket;
-    const unsigned b = fixed_width(s);
+    const uint32_t d = p->qsgd.bucket;
     const size_t esize = zc_dtype_size(dtype);
     const zc_qsgd_rng_t rng = zc_qsgd_rng(crng);
     qsgd_scratch_t sc;
-    zc_bitwriter_t w;
     zc_status_t status = ZC_OK;
     size_t pos = QSGD_HEADER_BYTES;
 
@@ -251,11 +321,7 @@ static zc_status_t encode_buckets(const zc_codec_params_t *p, const zc_codec_rng
         return ZC_ERR_INVALID_ARG; /* a payload no decoder would accept */
     if (cap < QSGD_HEADER_BYTES)
         return ZC_ERR_BUFFER_TOO_SMALL;
-    zc_store_le32(dst, d);
-    dst[4] = (uint8_t)s;
-    dst[5] = (uint8_t)(s >> 8);
-    dst[6] = (uint8_t)p->qsgd.coding;
-    dst[7] = (uint8_t)p->qsgd.scale;
+    header_write(p, dst);
     ZC_CHECK(scratch_init(&sc, (size_t)ZC_MIN(count, (uint64_t)d)));
 
     for (uint64_t first = 0; first < count; first += d) {
@@ -272,36 +338,9 @@ static zc_status_t encode_buckets(const zc_codec_params_t *p, const zc_codec_rng
             break;
         }
 
-        uint64_t fixed_bits = (uint64_t)len * b;
-        int use_elias = p->qsgd.coding == ZC_QSGD_CODING_ELIAS;
-        if (p->qsgd.coding == ZC_QSGD_CODING_AUTO)
-            use_elias = ZC_DIV_UP(elias_bits(sc.levels, len), 8) < ZC_DIV_UP(fixed_bits, 8);
-
-        if (cap - pos < 4) {
-            status = ZC_ERR_BUFFER_TOO_SMALL;
+        status = encode_bucket(kern, p, scale, sc.levels, len, sc.nz, dst, cap, &pos);
+        if (status != ZC_OK)
             break;
-        }
-        zc_store_le32(dst + pos,
-                      (zc_f32_bits(scale) & 0x7fffffffu) | (use_elias ? QSGD_FLAG_ELIAS : 0));
-        pos += 4;
-        if (use_elias) {
-            zc_bw_init(&w, dst + pos, cap - pos);
-            elias_write(&w, sc.levels, len, sc.nz);
-            size_t n = zc_bw_flush(&w);
-            if (n == SIZE_MAX) {
-                status = ZC_ERR_BUFFER_TOO_SMALL;
-                break;
-            }
-            pos += n;
-        } else {
-            size_t n = (size_t)ZC_DIV_UP(fixed_bits, 8);
-            if (cap - pos < n) {
-                status = ZC_ERR_BUFFER_TOO_SMALL;
-                break;
-            }
-            kern->pack(sc.levels, len, b, dst + pos);
-            pos += n;
-        }
     }
     free(sc.heap);
     if (status == ZC_OK)
@@ -406,6 +445,63 @@ static zc_status_t elias_decode_add(zc_bitreader_t *r, size_t len, const zc_qsgd
                      : elias_decode_bucket(r, len, ls, dst, 0);
 }
 
+/*
+ * Adds @p alpha times the bucket of @p n values at body + *pos_p into @p dst
+ * and advances *pos_p past it; ZC_ERR_CORRUPT if it is malformed or would
+ * pass @p len.
+ */
+static zc_status_t decode_bucket(const zc_qsgd_kernels_t *kern, const uint8_t *body, size_t len,
+                                 size_t *pos_p, unsigned coding, uint32_t s, size_t n, float alpha,
+                                 float *dst)
+{
+    const unsigned b = fixed_width(s);
+    size_t pos = *pos_p;
+
+    if (len - pos < 4)
+        return ZC_ERR_CORRUPT;
+    uint32_t word = zc_load_le32(body + pos);
+    pos += 4;
+    int elias = (word & QSGD_FLAG_ELIAS) != 0;
+    if ((coding == ZC_QSGD_CODING_FIXED && elias) || (coding == ZC_QSGD_CODING_ELIAS && !elias))
+        return ZC_ERR_CORRUPT;
+    float scale = zc_f32_from_bits(word & 0x7fffffffu);
+    const zc_qsgd_level_scale_t ls = zc_qsgd_level_scale(scale, s, alpha);
+    if (isinf(scale))
+        return ZC_ERR_CORRUPT; /* the encoder never writes an infinite scale */
+
+    if (elias) {
+        zc_bitreader_t r;
+        zc_br_init(&r, body + pos, len - pos);
+        if (isnan(scale)) {
+            /* a non-finite bucket: all levels are zero, every value decodes to NaN */
+            if (zc_elias_get(&r) != 1 || r.overrun)
+                return ZC_ERR_CORRUPT;
+            for (size_t i = 0; i < n; i++)
+                dst[i] += scale;
+        } else {
+            ZC_CHECK(elias_decode_add(&r, n, &ls, dst));
+        }
+        zc_br_align(&r);
+        pos += zc_br_consumed(&r);
+    } else {
+        size_t bytes = (size_t)ZC_DIV_UP((uint64_t)n * b, 8);
+        if (len - pos < bytes)
+            return ZC_ERR_CORRUPT;
+        if (isnan(scale)) {
+            for (size_t i = 0; i < n; i++)
+                dst[i] += scale;
+        } else {
+            int bad = ls.exact ? zc_qsgd_unpack_add_exact(body + pos, n, b, s, &ls, dst)
+                               : kern->unpack_add(body + pos, n, b, s, ls.unit, dst);
+            if (bad < 0)
+                return ZC_ERR_CORRUPT;
+        }
+        pos += bytes;
+    }
+    *pos_p = pos;
+    return ZC_OK;
+}
+
 static zc_status_t qsgd_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
                                    float *dst, uint64_t count, float alpha)
 {
@@ -433,49 +529,90 @@ static zc_status_t qsgd_decode_add(zc_codec_state_t *state, const uint8_t *body,
     size_t pos = QSGD_HEADER_BYTES;
     for (uint64_t first = 0; first < count; first += d) {
         size_t n = (size_t)ZC_MIN((uint64_t)d, count - first);
-        if (len - pos < 4)
-            return ZC_ERR_CORRUPT;
-        uint32_t word = zc_load_le32(body + pos);
-        pos += 4;
-        int elias = (word & QSGD_FLAG_ELIAS) != 0;
-        if ((coding == ZC_QSGD_CODING_FIXED && elias) || (coding == ZC_QSGD_CODING_ELIAS && !elias))
-            return ZC_ERR_CORRUPT;
-        float scale = zc_f32_from_bits(word & 0x7fffffffu);
-        const zc_qsgd_level_scale_t ls = zc_qsgd_level_scale(scale, s, alpha);
-        if (isinf(scale))
-            return ZC_ERR_CORRUPT; /* the encoder never writes an infinite scale */
-
-        if (elias) {
-            zc_bitreader_t r;
-            zc_br_init(&r, body + pos, len - pos);
-            if (isnan(scale)) {
-                /* a non-finite bucket: all levels are zero, every value decodes to NaN */
-                if (zc_elias_get(&r) != 1 || r.overrun)
-                    return ZC_ERR_CORRUPT;
-                for (size_t i = 0; i < n; i++)
-                    dst[first + i] += scale;
-            } else {
-                ZC_CHECK(elias_decode_add(&r, n, &ls, dst + first));
-            }
-            zc_br_align(&r);
-            pos += zc_br_consumed(&r);
-        } else {
-            size_t bytes = (size_t)ZC_DIV_UP((uint64_t)n * b, 8);
-            if (len - pos < bytes)
-                return ZC_ERR_CORRUPT;
-            if (isnan(scale)) {
-                for (size_t i = 0; i < n; i++)
-                    dst[first + i] += scale;
-            } else {
-                int bad = ls.exact ? zc_qsgd_unpack_add_exact(body + pos, n, b, s, &ls, dst + first)
-                                   : kern->unpack_add(body + pos, n, b, s, ls.unit, dst + first);
-                if (bad < 0)
-                    return ZC_ERR_CORRUPT;
-            }
-            pos += bytes;
-        }
+        ZC_CHECK(decode_bucket(kern, body, len, &pos, coding, s, n, alpha, dst + first));
     }
     return pos == len ? ZC_OK : ZC_ERR_CORRUPT;
+}
+
+/*
+ * Moves the values of @p x[0..len) (element first + i) past the body's reach
+ * (NaN, infinities, magnitudes from ZC_QSGD_OOB_BITS up) to @p spill, with 0 left
+ * in their place, in position order while the section has room (@p oob_cap):
+ * what the generic scan and split do, a bucket at a time. Pushes cannot fail:
+ * the room was reserved.
+ */
+static void bucket_spill(float *x, size_t len, uint64_t first, zc_oob_t *spill, uint64_t oob_cap)
+{
+    for (size_t i = 0; i < len && spill->n < oob_cap; i++) {
+        if ((zc_f32_bits(x[i]) & 0x7fffffffu) >= ZC_QSGD_OOB_BITS) {
+            (void)zc_oob_push(spill, first + i, x[i]);
+            x[i] = 0.0f;
+        }
+    }
+}
+
+/*
+ * Error feedback in one pass (ops.encode_ef): per bucket, residual += input,
+ * the bucket quantized and coded, and its codes decoded with alpha = -1 into
+ * the residual, all while the bucket is in cache; the generic path reads and
+ * writes the whole residual three times. The subtraction is the decoder's
+ * own (decode_bucket), so the residual's bits are the generic path's. Values
+ * out of band go to @p spill as the generic scan would send them (the first
+ * zc_oob_cap(count)); a bucket left holding a NaN or an infinity past that cap
+ * is sent as a NaN bucket and its residual cleared, as codec.c clears it.
+ */
+static zc_status_t qsgd_encode_ef(const zc_codec_params_t *p, zc_codec_state_t *state,
+                                  const zc_codec_rng_t *crng, const float *src, uint64_t count,
+                                  float *residual, uint8_t *dst, size_t cap, size_t *len_p,
+                                  zc_oob_t *spill)
+{
+    const zc_qsgd_kernels_t *kern = zc_qsgd_kernels();
+    const uint32_t d = p->qsgd.bucket;
+    const zc_qsgd_rng_t rng = zc_qsgd_rng(crng);
+    const uint64_t oob_cap = zc_oob_cap(count);
+    const size_t bound = qsgd_bound(p, count);
+    qsgd_scratch_t sc;
+    zc_status_t status;
+    size_t pos = QSGD_HEADER_BYTES;
+
+    /* room for the worst case, section included, so nothing fails once the residual changed */
+    if (count > QSGD_MAX_COUNT || cap < bound || cap - bound < zc_oob_bound(count)) {
+        status = ZC_CODEC_RETRY_OOB; /* the generic path: it says what does not fit */
+        goto err_add;
+    }
+    ZC_CHECK_GOTO(scratch_init(&sc, (size_t)ZC_MIN(count, (uint64_t)d)), status, err_add);
+    ZC_CHECK_GOTO(zc_oob_reserve(spill, oob_cap), status, err_free);
+    header_write(p, dst);
+    for (uint64_t first = 0; first < count; first += d) {
+        const size_t len = (size_t)ZC_MIN((uint64_t)d, count - first);
+        float *r = residual + first;
+        kern->add(src + first, len, r);
+        int oob = 0;
+        float scale = bucket_quantize(kern, p, &rng, r, len, first, sc.levels, &oob);
+        if (ZC_UNLIKELY(oob)) {
+            bucket_spill(r, len, first, spill, oob_cap);
+            scale = bucket_quantize(kern, p, &rng, r, len, first, sc.levels, &oob);
+        }
+        size_t at = pos;
+        /* neither fails: the bound holds the bucket, and the decoder reads what was written */
+        if (encode_bucket(kern, p, scale, sc.levels, len, sc.nz, dst, cap, &pos) != ZC_OK ||
+            decode_bucket(kern, dst, pos, &at, (unsigned)p->qsgd.coding, p->qsgd.levels, len, -1.0f,
+                          r) != ZC_OK) {
+            free(sc.heap);
+            return ZC_ERR_INTERNAL;
+        }
+        if (ZC_UNLIKELY(isnan(scale)))
+            state->oob_values += zc_oob_clear_nonfinite(r, len);
+    }
+    free(sc.heap);
+    *len_p = pos;
+    return ZC_OK;
+
+err_free:
+    free(sc.heap);
+err_add:
+    zc_dtype_add_f32(ZC_DTYPE_F32, src, (size_t)count, residual);
+    return status;
 }
 
 static int qsgd_error_feedback(const zc_codec_params_t *p)
@@ -561,5 +698,6 @@ const zc_codec_ops_t zc_codec_qsgd_ops = {
     .bound = qsgd_bound,
     .encode = qsgd_encode,
     .encode_try = qsgd_encode_try,
+    .encode_ef = qsgd_encode_ef,
     .decode_add = qsgd_decode_add,
 };

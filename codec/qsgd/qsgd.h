@@ -64,6 +64,8 @@ typedef struct zc_qsgd_kernels {
     void (*pack)(const int32_t *levels, size_t n, unsigned b, uint8_t *dst);
     /* Inverse of pack, adding code * unit into dst; returns -1 if a magnitude exceeds s. */
     int (*unpack_add)(const uint8_t *src, size_t n, unsigned b, uint32_t s, float unit, float *dst);
+    /* dst[i] += x[i] (error feedback's addition, as zc_dtype_add_f32 makes it). */
+    void (*add)(const float *x, size_t n, float *dst);
 } zc_qsgd_kernels_t;
 
 extern const zc_qsgd_kernels_t zc_qsgd_kernels_scalar;

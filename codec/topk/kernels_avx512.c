@@ -10,9 +10,11 @@
  * Sixteen keys per compare; a vector with kept values (1 - 0.99^16 = 15% of
  * them at 1% density) compresses its lanes' positions into idx, 64-bit, as two
  * halves of eight. Full vectors are stored, up to 16 entries past the count.
+ * With @p res (add_collect) each vector of sums res + x is stored as it is
+ * made: one pass reads both and writes the residual.
  */
-static uint64_t collect_avx512(const float *x, size_t n, uint64_t first, uint32_t thr,
-                               uint64_t *idx, uint64_t cap)
+static inline uint64_t collect_vectors(const float *x, float *res, size_t n, uint64_t first,
+                                       uint32_t thr, uint64_t *idx, uint64_t cap)
 {
     const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
     const __m512i t = _mm512_set1_epi32((int)thr);
@@ -23,10 +25,15 @@ static uint64_t collect_avx512(const float *x, size_t n, uint64_t first, uint32_
     uint64_t c = 0;
     size_t i = 0;
 
-    for (; i + 64 <= n; i += 64) {
-        for (int u = 0; u < 4; u++) {
-            __m512i v = _mm512_loadu_si512((const void *)(x + i + 16 * u));
-            __mmask16 m = _mm512_cmpge_epu32_mask(_mm512_and_si512(v, abs_mask), t);
+    while (i + 64 <= n) {
+        for (int u = 0; u < 4; u++, i += 16) {
+            __m512 v = _mm512_loadu_ps(x + i);
+            if (res) {
+                v = _mm512_add_ps(_mm512_loadu_ps(res + i), v);
+                _mm512_storeu_ps(res + i, v);
+            }
+            __mmask16 m =
+                _mm512_cmpge_epu32_mask(_mm512_and_si512(_mm512_castps_si512(v), abs_mask), t);
             if (m) {
                 __m512i a = _mm512_maskz_compress_epi64((__mmask8)m, lo);
                 __m512i b = _mm512_maskz_compress_epi64((__mmask8)(m >> 8), hi);
@@ -39,15 +46,24 @@ static uint64_t collect_avx512(const float *x, size_t n, uint64_t first, uint32_
             hi = _mm512_add_epi64(hi, step);
         }
         if (c > cap)
-            return c;
+            return zc_topk_past_cap(x, res, i, n, c);
     }
-    for (; i < n; i++) {
-        idx[c] = first + i;
-        c += zc_topk_key(x[i]) >= thr;
-    }
-    return c;
+    return zc_topk_collect_steps(x, res, i, n, first, thr, idx, c);
+}
+
+static uint64_t collect_avx512(const float *x, size_t n, uint64_t first, uint32_t thr,
+                               uint64_t *idx, uint64_t cap)
+{
+    return collect_vectors(x, NULL, n, first, thr, idx, cap);
+}
+
+static uint64_t add_collect_avx512(const float *x, float *res, size_t n, uint64_t first,
+                                   uint32_t thr, uint64_t *idx, uint64_t cap)
+{
+    return collect_vectors(x, res, n, first, thr, idx, cap);
 }
 
 const zc_topk_kernels_t zc_topk_kernels_avx512 = {
     .collect = collect_avx512,
+    .add_collect = add_collect_avx512,
 };

@@ -188,11 +188,19 @@ static zc_status_t select_exact(const float *x, uint64_t n, uint64_t k, uint64_t
     return ZC_OK;
 }
 
-zc_status_t zc_topk_select(const float *x, uint64_t n, double density, uint64_t *idx,
-                           uint64_t *count_p, zc_topk_path_t *path_p)
+/*
+ * zc_topk_select, and with @p res its fused error feedback: the values are then
+ * res[i] + x[i], sampled as such and stored into res by the pass that collects
+ * them (add_collect), or by an add-only pass before exact selection. On return,
+ * error or not, res holds the sums.
+ */
+static zc_status_t select_impl(const float *x, float *res, uint64_t n, double density,
+                               uint64_t *idx, uint64_t *count_p, zc_topk_path_t *path_p)
 {
+    const zc_topk_kernels_t *kern = zc_topk_kernels();
     const uint64_t k = zc_topk_target(n, density);
     const uint64_t s = zc_topk_sample_size(n, density);
+    int added = 0;
 
     if (n == 0) {
         *count_p = 0;
@@ -201,13 +209,21 @@ zc_status_t zc_topk_select(const float *x, uint64_t n, double density, uint64_t 
     }
     if (s > 0 && k < n) {
         uint32_t *keys = malloc((size_t)s * sizeof(*keys));
-        if (!keys)
+        if (!keys) {
+            if (res)
+                zc_topk_add_rest(x, res, (size_t)n);
             return ZC_ERR_NO_MEMORY;
+        }
         /* every stride-th key, from the middle of the first stride */
         const uint64_t stride = n / s;
-        const float *p = x + stride / 2;
-        for (uint64_t j = 0; j < s; j++)
-            keys[j] = zc_topk_key(p[j * stride]);
+        const uint64_t at = stride / 2;
+        if (res) {
+            for (uint64_t j = 0; j < s; j++)
+                keys[j] = zc_topk_key(res[at + j * stride] + x[at + j * stride]);
+        } else {
+            for (uint64_t j = 0; j < s; j++)
+                keys[j] = zc_topk_key(x[at + j * stride]);
+        }
         uint64_t above;
         uint32_t thr = zc_topk_radix_select(keys, (size_t)s, zc_topk_target(s, density), &above);
         free(keys);
@@ -216,7 +232,13 @@ zc_status_t zc_topk_select(const float *x, uint64_t n, double density, uint64_t 
             thr = ZC_TOPK_INF_KEY;
         if (thr > 0) { /* else mostly zeros: exact selection drops them */
             const uint64_t tol = k / ZC_TOPK_TOL_DIV;
-            const uint64_t c = zc_topk_kernels()->collect(x, (size_t)n, 0, thr, idx, k + tol);
+            uint64_t c;
+            if (res) {
+                c = kern->add_collect(x, res, (size_t)n, 0, thr, idx, k + tol);
+                added = 1;
+            } else {
+                c = kern->collect(x, (size_t)n, 0, thr, idx, k + tol);
+            }
             if (c + tol >= k && c <= k + tol) {
                 *count_p = c;
                 *path_p = ZC_TOPK_PATH_SAMPLED;
@@ -224,6 +246,21 @@ zc_status_t zc_topk_select(const float *x, uint64_t n, double density, uint64_t 
             }
         }
     }
+    /* no key reaches UINT32_MAX: the kernel only adds */
+    if (res && !added)
+        kern->add_collect(x, res, (size_t)n, 0, UINT32_MAX, idx, 0);
     *path_p = ZC_TOPK_PATH_EXACT;
-    return select_exact(x, n, k, idx, count_p);
+    return select_exact(res ? res : x, n, k, idx, count_p);
+}
+
+zc_status_t zc_topk_select(const float *x, uint64_t n, double density, uint64_t *idx,
+                           uint64_t *count_p, zc_topk_path_t *path_p)
+{
+    return select_impl(x, NULL, n, density, idx, count_p, path_p);
+}
+
+zc_status_t zc_topk_select_add(const float *x, float *res, uint64_t n, double density,
+                               uint64_t *idx, uint64_t *count_p, zc_topk_path_t *path_p)
+{
+    return select_impl(x, res, n, density, idx, count_p, path_p);
 }

@@ -3,12 +3,14 @@
  * Distributed Gradient Descent", 2017) with error feedback (Stich, Cordonnier &
  * Jaggi, "Sparsified SGD with Memory", 2018).
  *
- * The generic layer (codec.c) adds the input to the f32 residual and hands the
- * residual to encode; encode keeps the values of largest magnitude (select.c)
- * and writes their values and positions; the generic layer then subtracts the
- * payload from the residual with decode_add(alpha = -1). Kept f32 values are
- * the residual's own bits and kept f16 values decode exactly to what was sent,
- * so sent + new residual = input + old residual, bit for bit.
+ * With f32 input, encode_ef does error feedback in one pass over the values:
+ * residual += input, a sampled threshold and the collection of the kept
+ * positions (select.c, add_collect), then the kept values' subtraction at
+ * those positions only. Otherwise the generic layer (codec.c) adds the input
+ * to the f32 residual, hands the residual to encode, and then subtracts the
+ * payload with decode_add(alpha = -1); both leave the same bits. Kept f32
+ * values are the residual's own bits and kept f16 values decode exactly to
+ * what was sent, so sent + new residual = input + old residual, bit for bit.
  *
  * Body layout (docs/codecs.md):
  *
@@ -17,6 +19,7 @@
  *   | positions: c gaps, LEB128 varint or Golomb-Rice, to the end of the body
  */
 #include "codec/codec.h"
+#include "codec/oob.h"
 #include "codec/topk/topk_int.h"
 #include "common/compiler.h"
 #include "common/config.h"
@@ -120,28 +123,44 @@ static void write_values(const float *x, const uint64_t *idx, uint64_t c, unsign
  * The encode; with @p try_oob it stops with ZC_CODEC_RETRY_OOB when a kept
  * value is a NaN or an infinity (they have the largest keys, so one is kept
  * whenever the input holds one): those go out of band.
+ *
+ * With @p res, error feedback is fused in (encode_ef): the values are the sums
+ * res + src, which the selection pass stores into res; once the payload is
+ * written the kept values are subtracted there, as decode_add(alpha = -1)
+ * would. On any other return res holds the sums, as after the generic addition.
  */
 static zc_status_t encode_kept(const zc_codec_params_t *p, zc_dtype_t dtype, const void *src,
-                               uint64_t count, uint8_t *dst, size_t cap, size_t *len_p, int try_oob)
+                               uint64_t count, float *res, uint8_t *dst, size_t cap, size_t *len_p,
+                               int try_oob)
 {
-    const float *x = src;
+    const float *x = res ? res : src;
     const unsigned format =
         p->topk.values == ZC_TOPK_VALUES_F16 ? TOPK_VALUES_F16 : TOPK_VALUES_F32;
     zc_topk_path_t path;
     zc_status_t status;
-    uint64_t c;
+    uint64_t c, *idx = NULL;
+    int added = 0;
 
     /* with error feedback the generic layer hands over the f32 residual */
-    if (dtype != ZC_DTYPE_F32 || count > ZC_TOPK_MAX_COUNT)
-        return ZC_ERR_INVALID_ARG;
-    if (cap < TOPK_HEADER_BYTES)
-        return ZC_ERR_BUFFER_TOO_SMALL;
+    if (dtype != ZC_DTYPE_F32 || count > ZC_TOPK_MAX_COUNT) {
+        status = ZC_ERR_INVALID_ARG;
+        goto out;
+    }
+    if (cap < TOPK_HEADER_BYTES) {
+        status = ZC_ERR_BUFFER_TOO_SMALL;
+        goto out;
+    }
 
     const uint64_t cmax = zc_topk_max_kept(count, zc_topk_target(count, p->topk.density));
-    uint64_t *idx = malloc((size_t)(cmax + ZC_TOPK_COLLECT_SLACK) * sizeof(*idx));
-    if (!idx)
-        return ZC_ERR_NO_MEMORY;
-    ZC_CHECK_GOTO(zc_topk_select(x, count, p->topk.density, idx, &c, &path), status, out);
+    idx = malloc((size_t)(cmax + ZC_TOPK_COLLECT_SLACK) * sizeof(*idx));
+    if (!idx) {
+        status = ZC_ERR_NO_MEMORY;
+        goto out;
+    }
+    added = 1; /* zc_topk_select_add stores the sums whatever it returns */
+    ZC_CHECK_GOTO(res ? zc_topk_select_add(src, res, count, p->topk.density, idx, &c, &path)
+                      : zc_topk_select(x, count, p->topk.density, idx, &c, &path),
+                  status, out);
     if (c > cmax) {
         status = ZC_ERR_INTERNAL;
         goto out;
@@ -182,9 +201,22 @@ static zc_status_t encode_kept(const zc_codec_params_t *p, zc_dtype_t dtype, con
     } else {
         zc_topk_varint_write(idx, c, pos);
     }
+    if (res) {
+        /* the subtraction of decode_add(alpha = -1), at the positions already in idx */
+        const zc_topk_sink_t sink = {
+            .values = dst + TOPK_HEADER_BYTES,
+            .dst = res,
+            .scale = pow2f(e),
+            .f16 = format == TOPK_VALUES_F16,
+            .subtract = 1,
+        };
+        zc_topk_sink_add(&sink, idx, 0, (size_t)c);
+    }
     *len_p = (size_t)(TOPK_HEADER_BYTES + vbytes + ibytes);
     status = ZC_OK;
 out:
+    if (res && !added)
+        zc_topk_add_rest(src, res, (size_t)count);
     free(idx);
     return status;
 }
@@ -195,7 +227,7 @@ static zc_status_t topk_encode(const zc_codec_params_t *p, zc_codec_state_t *sta
 {
     (void)state;
     (void)rng; /* selection is deterministic */
-    return encode_kept(p, dtype, src, count, dst, cap, len_p, 0);
+    return encode_kept(p, dtype, src, count, NULL, dst, cap, len_p, 0);
 }
 
 static zc_status_t topk_encode_try(const zc_codec_params_t *p, zc_codec_state_t *state,
@@ -204,7 +236,24 @@ static zc_status_t topk_encode_try(const zc_codec_params_t *p, zc_codec_state_t 
 {
     (void)state;
     (void)rng;
-    return encode_kept(p, dtype, src, count, dst, cap, len_p, 1);
+    return encode_kept(p, dtype, src, count, NULL, dst, cap, len_p, 1);
+}
+
+static zc_status_t topk_encode_ef(const zc_codec_params_t *p, zc_codec_state_t *state,
+                                  const zc_codec_rng_t *rng, const float *src, uint64_t count,
+                                  float *residual, uint8_t *dst, size_t cap, size_t *len_p,
+                                  struct zc_oob *spill)
+{
+    (void)state;
+    (void)rng;
+    (void)spill; /* a kept NaN or infinity stops it: the generic scan takes over */
+    const size_t bound = topk_bound(p, count);
+    if (cap < bound || cap - bound < zc_oob_bound(count)) {
+        /* below the worst case: the generic path, which says what does not fit */
+        zc_topk_add_rest(src, residual, (size_t)count);
+        return ZC_CODEC_RETRY_OOB;
+    }
+    return encode_kept(p, ZC_DTYPE_F32, src, count, residual, dst, cap, len_p, 1);
 }
 
 static zc_status_t topk_decode_add(zc_codec_state_t *state, const uint8_t *body, size_t len,
@@ -298,5 +347,6 @@ const zc_codec_ops_t zc_codec_topk_ops = {
     .bound = topk_bound,
     .encode = topk_encode,
     .encode_try = topk_encode_try,
+    .encode_ef = topk_encode_ef,
     .decode_add = topk_decode_add,
 };

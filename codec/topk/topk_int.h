@@ -71,6 +71,13 @@ typedef enum zc_topk_path {
  */
 zc_status_t zc_topk_select(const float *x, uint64_t n, double density, uint64_t *idx,
                            uint64_t *count_p, zc_topk_path_t *path_p);
+/*
+ * zc_topk_select with error feedback fused in: selects from the sums
+ * res[i] + x[i] (the f32 addition of zc_dtype_add_f32), which it stores into
+ * res in the same pass. On return, error or not, res holds the sums.
+ */
+zc_status_t zc_topk_select_add(const float *x, float *res, uint64_t n, double density,
+                               uint64_t *idx, uint64_t *count_p, zc_topk_path_t *path_p);
 
 /*
  * The k-th largest of keys[0..m) (1 <= k <= m), found by radix select (three
@@ -173,14 +180,59 @@ typedef struct zc_topk_kernels {
      */
     uint64_t (*collect)(const float *x, size_t n, uint64_t first, uint32_t thr, uint64_t *idx,
                         uint64_t cap);
+    /*
+     * Error feedback fused into collect: res[i] += x[i] for every i < n (the
+     * f32 addition of zc_dtype_add_f32, bit for bit), and first + i written to
+     * idx, in order, for every sum with zc_topk_key >= thr. Every sum is
+     * stored; positions stop being collected once more than cap are found,
+     * and the return value is then > cap. idx has room for cap +
+     * ZC_TOPK_COLLECT_SLACK.
+     */
+    uint64_t (*add_collect)(const float *x, float *res, size_t n, uint64_t first, uint32_t thr,
+                            uint64_t *idx, uint64_t cap);
 } zc_topk_kernels_t;
 
 extern const zc_topk_kernels_t zc_topk_kernels_scalar;
 #if defined(__x86_64__)
+extern const zc_topk_kernels_t zc_topk_kernels_avx2;
 extern const zc_topk_kernels_t zc_topk_kernels_avx512;
 #endif
 
 /* The kernels for the current CPU level (zc_cpu_level()). */
 const zc_topk_kernels_t *zc_topk_kernels(void);
+/* res[i] += x[i] for i < n: add_collect's tail once it stopped collecting. */
+void zc_topk_add_rest(const float *x, float *res, size_t n);
+
+/*
+ * The steps of collect (@p res NULL) or add_collect for i in [i0, end), one
+ * value at a time, branch-free: the sum stored, the position written at
+ * idx[c], the count advanced when the value is kept. Returns the count.
+ */
+static inline uint64_t zc_topk_collect_steps(const float *x, float *res, size_t i0, size_t end,
+                                             uint64_t first, uint32_t thr, uint64_t *idx,
+                                             uint64_t c)
+{
+    for (size_t i = i0; i < end; i++) {
+        float r = x[i];
+        if (res) {
+            r = res[i] + r;
+            res[i] = r;
+        }
+        idx[c] = first + i;
+        c += zc_topk_key(r) >= thr;
+    }
+    return c;
+}
+
+/*
+ * What a kernel does once its count passed cap: collect returns, add_collect
+ * adds the rest (rarely: the sampled threshold missed) and returns.
+ */
+static inline uint64_t zc_topk_past_cap(const float *x, float *res, size_t i, size_t n, uint64_t c)
+{
+    if (res)
+        zc_topk_add_rest(x + i, res + i, n - i);
+    return c;
+}
 
 #endif

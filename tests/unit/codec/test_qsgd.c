@@ -9,6 +9,7 @@
  */
 #include "codec_test.h"
 
+#include "codec/codec.h"
 #include "codec/qsgd/qsgd.h"
 #include "common/bitio.h"
 #include "common/cpu.h"
@@ -20,6 +21,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define HDR ZC_PAYLOAD_HEADER_BYTES
@@ -580,6 +582,15 @@ static void kernels_match_scalar(const zc_qsgd_kernels_t *kv)
                 cr_assert(n == 0 || memcmp(la, lb, n * sizeof(int32_t)) == 0,
                           "quantize off %zu n %zu first %llu", off, n, (unsigned long long)first);
             }
+            float sa[N], sb[N];
+            for (size_t i = 0; i < n; i++)
+                sa[i] = sb[i] = x[N - 1 - i];
+            ks->add(x + off, n, sa);
+            kv->add(x + off, n, sb);
+            for (size_t i = 0; i < n; i++)
+                cr_assert_eq(zc_f32_bits(sa[i]), zc_f32_bits(x[N - 1 - i] + x[off + i]),
+                             "add off %zu n %zu at %zu", off, n, i);
+            cr_assert(same_bits_f32(sa, sb, n), "add off %zu n %zu", off, n);
         }
     }
     /* pack and unpack on random level vectors for every width */
@@ -1588,6 +1599,241 @@ Test(qsgd_hostile, body_header_fields)
 }
 
 /* ------------------------------------------------------------------- elias */
+
+/* ------------------------------------------------- Elias bytes, reference */
+
+/* A bit-serial writer, one bit at a time, least-significant first in each byte. */
+typedef struct ref_bits {
+    uint8_t *buf;
+    uint64_t pos;
+} ref_bits_t;
+
+static void ref_put(ref_bits_t *r, uint32_t v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++, r->pos++)
+        if (v >> i & 1)
+            r->buf[r->pos >> 3] |= (uint8_t)(1u << (r->pos & 7));
+}
+
+/*
+ * Elias omega as docs/codecs.md states it, without the codec's tables: groups
+ * g_m .. g_1 (g_1 = k, g_{j+1} = bitlen(g_j) - 1 down to 1), each a 1 bit and
+ * its low bitlen - 1 bits, then a 0 bit.
+ */
+static void ref_omega(ref_bits_t *r, uint32_t k)
+{
+    uint32_t g[8];
+    int m = 0;
+    for (; k > 1; k = bitlen(k) - 1)
+        g[m++] = k;
+    while (m-- > 0) {
+        ref_put(r, 1, 1);
+        ref_put(r, g[m], bitlen(g[m]) - 1);
+    }
+    ref_put(r, 0, 1);
+}
+
+/*
+ * The Elias payload that the fixed payload @p fx (same input, rng and params
+ * but the coding) implies, built bit by bit: the levels and scales of the two
+ * codings are the same draws.
+ */
+static payload_t ref_elias_payload(const payload_t *fx, uint64_t n, uint32_t d, uint32_t s)
+{
+    const unsigned b = width_for(s);
+    payload_t out = {calloc(1, fx->len * 4 + 64), 0};
+    cr_assert_not_null(out.buf);
+    memcpy(out.buf, fx->buf, HDR + BODY_HDR);
+    out.buf[HDR + 6] = ZC_QSGD_CODING_ELIAS;
+    size_t in = HDR + BODY_HDR, at = HDR + BODY_HDR;
+    for (uint64_t first = 0; first < n; first += d) {
+        const uint64_t m = n - first < d ? n - first : d;
+        zc_store_le32(out.buf + at, zc_load_le32(fx->buf + in) | ELIAS_FLAG);
+        in += 4;
+        at += 4;
+        ref_bits_t r = {out.buf + at, 0};
+        uint64_t nnz = 0;
+        for (uint64_t i = 0; i < m; i++)
+            nnz += (get_bits(fx->buf + in, i * b, b) & ((1u << (b - 1)) - 1)) != 0;
+        ref_omega(&r, (uint32_t)nnz + 1);
+        uint64_t prev = UINT64_MAX;
+        for (uint64_t i = 0; i < m; i++) {
+            uint32_t code = get_bits(fx->buf + in, i * b, b), k = code & ((1u << (b - 1)) - 1);
+            if (k == 0)
+                continue;
+            ref_omega(&r, (uint32_t)(i - prev));
+            ref_put(&r, code >> (b - 1), 1);
+            ref_omega(&r, k);
+            prev = i;
+        }
+        in += (m * b + 7) / 8;
+        at += (r.pos + 7) / 8;
+    }
+    out.len = at;
+    return out;
+}
+
+/*
+ * Elias payloads, byte for byte, against the reference writer above: the
+ * 4-bit default, the theory setting (s = 91, d = 8192, L2), levels and gaps
+ * past the codec's 4096-entry tables (s = 65535; a bucket of zeros but one),
+ * a short tail bucket, and a buffer of exactly the payload's length (the
+ * bounds-checked writer for the buckets near its end).
+ */
+Test(elias, payload_bytes_match_reference)
+{
+    static const struct {
+        uint32_t s, d;
+        zc_qsgd_scale_t scale;
+        size_t n;
+        int sparse;
+    } cases[] = {
+        {7, 512, ZC_QSGD_SCALE_MAX, 5000, 0},    {91, 8192, ZC_QSGD_SCALE_L2, 20000, 0},
+        {65535, 64, ZC_QSGD_SCALE_MAX, 1000, 0}, {7, 8192, ZC_QSGD_SCALE_MAX, 16384 + 77, 1},
+        {1, 100, ZC_QSGD_SCALE_MAX, 999, 0},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        const size_t n = cases[c].n;
+        float *x = xmalloc(n * sizeof(float));
+        fill_gauss(x, n, 40 + c, 1.0);
+        if (cases[c].sparse) /* one large value a bucket: gaps of thousands */
+            for (size_t i = 0; i < n; i++)
+                x[i] = i % 8192 == 4100 ? 1.0f : x[i] * 1e-6f;
+        zc_codec_rng_t rng = test_codec_rng(5, 2, (uint32_t)c);
+        zc_codec_params_t pf =
+            qsgd_params(cases[c].s, cases[c].d, cases[c].scale, ZC_QSGD_CODING_FIXED);
+        zc_codec_params_t pe =
+            qsgd_params(cases[c].s, cases[c].d, cases[c].scale, ZC_QSGD_CODING_ELIAS);
+        payload_t fx = encode_ok(&pf, &rng, ZC_DTYPE_F32, x, n);
+        payload_t el = encode_ok(&pe, &rng, ZC_DTYPE_F32, x, n);
+        payload_t want = ref_elias_payload(&fx, n, cases[c].d, cases[c].s);
+        cr_assert_eq(el.len, want.len, "case %zu: length %zu, reference %zu", c, el.len, want.len);
+        cr_assert_arr_eq(el.buf, want.buf, el.len, "case %zu: bytes", c);
+        uint8_t *tight = xmalloc(el.len);
+        size_t len = 0;
+        cr_assert_eq(zc_codec_encode(&pe, NULL, &rng, ZC_DTYPE_F32, x, n, tight, el.len, &len),
+                     ZC_OK, "case %zu: a buffer of the payload's length", c);
+        cr_assert_eq(len, el.len);
+        cr_assert_arr_eq(tight, el.buf, len, "case %zu: bytes, tight buffer", c);
+        free(tight);
+        payload_free(&want);
+        payload_free(&el);
+        payload_free(&fx);
+        free(x);
+    }
+}
+
+/* ----------------------------------------------------- error feedback, fused */
+
+/*
+ * One error-feedback step at each of two states: @p fused encodes into a
+ * bound-sized buffer (ops.encode_ef), @p generic into one byte less, which
+ * sends it down the generic path (addition, scan, encode, decode_add(-1)).
+ * Both must give the same payload, residual bits and out-of-band count.
+ */
+static void ef_step_pair(const zc_codec_params_t *p, zc_codec_state_t *fused,
+                         zc_codec_state_t *generic, const zc_codec_rng_t *rng, const float *x,
+                         size_t n, const char *what)
+{
+    const size_t bound = zc_codec_bound(p, n);
+    uint8_t *a = xmalloc(bound), *b = xmalloc(bound);
+    size_t la = 0, lb = 0;
+    cr_assert_eq(zc_codec_encode(p, fused, rng, ZC_DTYPE_F32, x, n, a, bound, &la), ZC_OK, "%s",
+                 what);
+    cr_assert_eq(zc_codec_encode(p, generic, rng, ZC_DTYPE_F32, x, n, b, bound - 1, &lb), ZC_OK,
+                 "%s", what);
+    cr_assert_eq(la, lb, "%s: payload length", what);
+    cr_assert_arr_eq(a, b, la, "%s: payload bytes", what);
+    cr_assert(same_bits_f32(fused->residual, generic->residual, n), "%s: residual", what);
+    cr_assert_eq(fused->oob_values, generic->oob_values, "%s: out-of-band count", what);
+    free(a);
+    free(b);
+}
+
+/*
+ * The fused error feedback against the generic path, step after step, for
+ * every coding and scale: clean steps, a step with NaN, infinities and
+ * magnitudes past 2^64 (sent out of band), one with more of them than the
+ * section holds (the rest turn buckets into NaN, whose residual is cleared;
+ * finite ones near FLT_MAX give scales whose levels are computed in double),
+ * and one of subnormal buckets.
+ */
+Test(qsgd_ef, fused_matches_generic)
+{
+    enum { N = 5000, D = 512 }; /* a short tail bucket; the section holds 16 + 4 */
+    float *x = xmalloc(N * sizeof(float));
+    for (int c = 0; c < 3; c++) {
+        for (int sc = 0; sc < 2; sc++) {
+            zc_codec_params_t p = qsgd_params(7, D, all_scales[sc], all_codings[c]);
+            p.qsgd.error_feedback = 1;
+            zc_codec_state_t *fused = NULL, *generic = NULL;
+            cr_assert_eq(zc_codec_state_create(&p, N, &fused), ZC_OK);
+            cr_assert_eq(zc_codec_state_create(&p, N, &generic), ZC_OK);
+            for (int t = 0; t < 6; t++) {
+                fill_gauss(x, N, 300 + (uint64_t)t, 1.0);
+                if (t == 1) {
+                    x[3] = NAN;
+                    x[700] = INFINITY;
+                    x[701] = -0x1p70f;
+                    x[N - 1] = -INFINITY;
+                } else if (t == 2) {
+                    for (int i = 0; i < 30; i++)
+                        x[100 + 97 * i] = i % 3 ? NAN : INFINITY;
+                    x[4000] = 3e38f;
+                    x[4001] = -3.3e38f;
+                } else if (t == 4) {
+                    for (int i = 1024; i < 2048; i++)
+                        x[i] *= 0x1p-140f;
+                }
+                char what[64];
+                snprintf(what, sizeof(what), "coding %d scale %d step %d", c, sc, t);
+                zc_codec_rng_t rng = test_codec_rng(11, 0, (uint32_t)t);
+                ef_step_pair(&p, fused, generic, &rng, x, N, what);
+            }
+            zc_codec_state_destroy(fused);
+            zc_codec_state_destroy(generic);
+        }
+    }
+    free(x);
+}
+
+/* The fused steps at every CPU level give the scalar level's payloads and residuals. */
+Test(qsgd_ef, fused_identical_across_levels)
+{
+    enum { N = 70000 + 5 };
+    static const zc_cpu_level_t levels[] = {ZC_CPU_AVX2, ZC_CPU_AVX512};
+    zc_codec_params_t p = qsgd_params(7, 512, ZC_QSGD_SCALE_MAX, ZC_QSGD_CODING_FIXED);
+    p.qsgd.error_feedback = 1;
+    float *x = xmalloc(N * sizeof(float));
+    const size_t bound = zc_codec_bound(&p, N);
+    uint8_t *want = xmalloc(bound), *got = xmalloc(bound);
+    for (size_t l = 0; l < 2; l++) {
+        if (zc_cpu_detect() < levels[l])
+            continue;
+        zc_codec_state_t *ref = NULL, *st = NULL;
+        cr_assert_eq(zc_codec_state_create(&p, N, &ref), ZC_OK);
+        cr_assert_eq(zc_codec_state_create(&p, N, &st), ZC_OK);
+        for (int t = 0; t < 3; t++) {
+            fill_gauss(x, N, 700 + (uint64_t)t, 1.0);
+            zc_codec_rng_t rng = test_codec_rng(12, 1, (uint32_t)t);
+            size_t lw = 0, lg = 0;
+            cr_assert_eq(zc_cpu_set_level(ZC_CPU_SCALAR), ZC_OK);
+            cr_assert_eq(zc_codec_encode(&p, ref, &rng, ZC_DTYPE_F32, x, N, want, bound, &lw),
+                         ZC_OK);
+            cr_assert_eq(zc_cpu_set_level(levels[l]), ZC_OK);
+            cr_assert_eq(zc_codec_encode(&p, st, &rng, ZC_DTYPE_F32, x, N, got, bound, &lg), ZC_OK);
+            cr_assert_eq(lw, lg);
+            cr_assert_arr_eq(want, got, lw, "level %d step %d", (int)levels[l], t);
+            cr_assert(same_bits_f32(ref->residual, st->residual, N));
+        }
+        zc_codec_state_destroy(ref);
+        zc_codec_state_destroy(st);
+    }
+    cr_assert_eq(zc_cpu_set_level(zc_cpu_detect()), ZC_OK);
+    free(want);
+    free(got);
+    free(x);
+}
 
 Test(elias, known_lengths)
 {

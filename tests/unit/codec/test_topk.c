@@ -1143,35 +1143,192 @@ Test(topk_kernels, avx512_payloads_identical)
     }
 }
 
+/* The SIMD kernel tables this CPU runs, with their levels. */
+typedef struct simd_kernels {
+    zc_cpu_level_t level;
+    const zc_topk_kernels_t *kern;
+} simd_kernels_t;
+
+static size_t simd_kernels(simd_kernels_t out[2])
+{
+    size_t m = 0;
+    if (zc_cpu_detect() >= ZC_CPU_AVX2)
+        out[m++] = (simd_kernels_t){ZC_CPU_AVX2, &zc_topk_kernels_avx2};
+    if (zc_cpu_detect() >= ZC_CPU_AVX512)
+        out[m++] = (simd_kernels_t){ZC_CPU_AVX512, &zc_topk_kernels_avx512};
+    return m;
+}
+
 /* The collect kernels alone, over odd lengths, offsets and thresholds, and their early stop. */
 Test(topk_kernels, collect_identical)
 {
-    if (!have_avx512())
-        cr_skip_test("no AVX-512 on this CPU");
+    simd_kernels_t simd[2];
+    const size_t m = simd_kernels(simd);
+    if (m == 0)
+        cr_skip_test("no SIMD level on this CPU");
     const size_t n = 5000;
     float *x = gauss_new(n, 80);
     uint64_t *a = xmalloc((n + ZC_TOPK_COLLECT_SLACK) * sizeof(uint64_t));
     uint64_t *b = xmalloc((n + ZC_TOPK_COLLECT_SLACK) * sizeof(uint64_t));
     static const float thr[] = {0.0f, 0.5f, 2.0f, 3.5f, 100.0f};
-    for (size_t t = 0; t < sizeof(thr) / sizeof(thr[0]); t++) {
-        for (size_t len = 0; len < 300; len += 7) {
-            uint64_t ca = zc_topk_kernels_scalar.collect(x + 3, len, 1000, key_of(thr[t]), a, n);
-            uint64_t cb = zc_topk_kernels_avx512.collect(x + 3, len, 1000, key_of(thr[t]), b, n);
-            cr_assert_eq(ca, cb);
+    for (size_t k = 0; k < m; k++) {
+        const zc_topk_kernels_t *kv = simd[k].kern;
+        for (size_t t = 0; t < sizeof(thr) / sizeof(thr[0]); t++) {
+            for (size_t len = 0; len < 300; len += 7) {
+                uint64_t ca =
+                    zc_topk_kernels_scalar.collect(x + 3, len, 1000, key_of(thr[t]), a, n);
+                uint64_t cb = kv->collect(x + 3, len, 1000, key_of(thr[t]), b, n);
+                cr_assert_eq(ca, cb, "level %d", (int)simd[k].level);
+                cr_assert_arr_eq(a, b, ca * sizeof(uint64_t));
+            }
+            uint64_t ca = zc_topk_kernels_scalar.collect(x, n, 0, key_of(thr[t]), a, n);
+            cr_assert_eq(kv->collect(x, n, 0, key_of(thr[t]), b, n), ca);
             cr_assert_arr_eq(a, b, ca * sizeof(uint64_t));
-        }
-        uint64_t ca = zc_topk_kernels_scalar.collect(x, n, 0, key_of(thr[t]), a, n);
-        uint64_t cb = zc_topk_kernels_avx512.collect(x, n, 0, key_of(thr[t]), b, n);
-        cr_assert_eq(ca, cb);
-        /* a cap below the count: both report more than the cap */
-        if (ca > 10) {
-            cr_assert_gt(zc_topk_kernels_scalar.collect(x, n, 0, key_of(thr[t]), a, 10), 10);
-            cr_assert_gt(zc_topk_kernels_avx512.collect(x, n, 0, key_of(thr[t]), b, 10), 10);
+            /* a cap below the count: both report more than the cap */
+            if (ca > 10) {
+                cr_assert_gt(zc_topk_kernels_scalar.collect(x, n, 0, key_of(thr[t]), a, 10), 10);
+                cr_assert_gt(kv->collect(x, n, 0, key_of(thr[t]), b, 10), 10);
+            }
         }
     }
     free(a);
     free(b);
     free(x);
+}
+
+/*
+ * add_collect of every level against the reference: the residual plus the
+ * input in f32, then collect_scalar on the sums. Odd lengths and offsets, a
+ * threshold no key reaches (the add-only use), and a cap below the count:
+ * every sum is still stored.
+ */
+Test(topk_kernels, add_collect_matches_add_then_collect)
+{
+    const size_t n = 5000;
+    float *x = gauss_new(n, 81), *res0 = gauss_new(n, 82);
+    float *want = xmalloc(n * sizeof(float)), *got = xmalloc(n * sizeof(float));
+    uint64_t *a = xmalloc((n + ZC_TOPK_COLLECT_SLACK) * sizeof(uint64_t));
+    uint64_t *b = xmalloc((n + ZC_TOPK_COLLECT_SLACK) * sizeof(uint64_t));
+    const zc_topk_kernels_t *kerns[3] = {&zc_topk_kernels_scalar};
+    simd_kernels_t simd[2];
+    size_t nk = 1 + simd_kernels(simd);
+    for (size_t k = 1; k < nk; k++)
+        kerns[k] = simd[k - 1].kern;
+    for (size_t i = 0; i < n; i += 17)
+        res0[i] = -x[i]; /* sums of exactly 0: never kept */
+    static const float thr[] = {0.0f, 0.5f, 2.0f, 3.5f, 100.0f, INFINITY};
+    for (size_t k = 0; k < nk; k++) {
+        for (size_t t = 0; t < sizeof(thr) / sizeof(thr[0]); t++) {
+            const uint32_t key = isinf(thr[t]) ? UINT32_MAX : key_of(thr[t]);
+            for (size_t len = 0; len < 300; len += 7) {
+                for (size_t i = 0; i < len; i++)
+                    want[i] = res0[3 + i] + x[3 + i];
+                memcpy(got, res0 + 3, len * sizeof(float));
+                uint64_t ca = zc_topk_kernels_scalar.collect(want, len, 1000, key, a, n);
+                uint64_t cb = kerns[k]->add_collect(x + 3, got, len, 1000, key, b, n);
+                cr_assert_eq(ca, cb, "kernels %zu, length %zu", k, len);
+                cr_assert_arr_eq(a, b, ca * sizeof(uint64_t));
+                cr_assert(same_bits_f32(want, got, len), "kernels %zu: the sums", k);
+            }
+            for (size_t i = 0; i < n; i++)
+                want[i] = res0[i] + x[i];
+            memcpy(got, res0, n * sizeof(float));
+            uint64_t ca = zc_topk_kernels_scalar.collect(want, n, 0, key, a, n);
+            cr_assert_eq(kerns[k]->add_collect(x, got, n, 0, key, b, n), ca);
+            cr_assert_arr_eq(a, b, ca * sizeof(uint64_t));
+            cr_assert(same_bits_f32(want, got, n));
+            if (ca > 10) {
+                memcpy(got, res0, n * sizeof(float));
+                cr_assert_gt(kerns[k]->add_collect(x, got, n, 0, key, b, 10), 10);
+                cr_assert(same_bits_f32(want, got, n), "kernels %zu: every sum past the cap", k);
+            }
+        }
+    }
+    free(a);
+    free(b);
+    free(got);
+    free(want);
+    free(res0);
+    free(x);
+}
+
+/*
+ * The fused error feedback (encode_ef, f32 input) against the generic path,
+ * which a buffer one byte below the bound selects: the same payload and the
+ * same residual bits, step after step, on the sampled and the exact path,
+ * with both value formats, and at a step with NaN and infinities (the fused
+ * encode stops and the generic scan takes over).
+ */
+Test(topk_ef, fused_matches_generic)
+{
+    static const size_t sizes[] = {10007, 300000};
+    for (size_t z = 0; z < 2; z++) {
+        for (int f16 = 0; f16 < 2; f16++) {
+            const size_t n = sizes[z];
+            zc_codec_params_t p = topk_params(0.01, f16 ? ZC_TOPK_VALUES_F16 : ZC_TOPK_VALUES_F32);
+            zc_codec_state_t *fused = state_new(&p, n), *generic = state_new(&p, n);
+            const size_t bound = zc_codec_bound(&p, n);
+            uint8_t *pa = xmalloc(bound), *pb = xmalloc(bound);
+            float *x = xmalloc(n * sizeof(float));
+            for (int t = 0; t < 4; t++) {
+                fill_gauss(x, n, 500 + (uint64_t)t, t == 1 ? 1e-3 : 1.0);
+                if (t == 2) {
+                    x[5] = NAN;
+                    x[n / 2] = INFINITY;
+                    x[n - 1] = -INFINITY;
+                }
+                size_t la = 0, lb = 0;
+                cr_assert_eq(zc_codec_encode(&p, fused, NULL, ZC_DTYPE_F32, x, n, pa, bound, &la),
+                             ZC_OK);
+                cr_assert_eq(
+                    zc_codec_encode(&p, generic, NULL, ZC_DTYPE_F32, x, n, pb, bound - 1, &lb),
+                    ZC_OK);
+                cr_assert_eq(la, lb, "n %zu f16 %d step %d", n, f16, t);
+                cr_assert_arr_eq(pa, pb, la, "n %zu f16 %d step %d: payload", n, f16, t);
+                cr_assert(same_bits_f32(fused->residual, generic->residual, n),
+                          "n %zu f16 %d step %d: residual", n, f16, t);
+                cr_assert_eq(fused->oob_values, generic->oob_values);
+            }
+            free(x);
+            free(pa);
+            free(pb);
+            zc_codec_state_destroy(fused);
+            zc_codec_state_destroy(generic);
+        }
+    }
+}
+
+/* Error-feedback steps at every SIMD level give the scalar level's payloads and residuals. */
+Test(topk_kernels, ef_steps_identical_across_levels)
+{
+    const size_t n = 300000 + 13;
+    zc_codec_params_t p = topk_params(0.01, ZC_TOPK_VALUES_F32);
+    simd_kernels_t simd[2];
+    const size_t m = simd_kernels(simd);
+    if (m == 0)
+        cr_skip_test("no SIMD level on this CPU");
+    zc_codec_state_t *ref = state_new(&p, n), *st[2] = {state_new(&p, n), state_new(&p, n)};
+    float *x = xmalloc(n * sizeof(float));
+    for (int t = 0; t < 3; t++) {
+        fill_gauss(x, n, 900 + (uint64_t)t, 1.0);
+        x[n - 1] = 100.0f; /* in the scalar tail of the SIMD loops */
+        cr_assert_eq(zc_cpu_set_level(ZC_CPU_SCALAR), ZC_OK);
+        payload_t want = step(&p, ref, ZC_DTYPE_F32, x, n);
+        for (size_t k = 0; k < m; k++) {
+            cr_assert_eq(zc_cpu_set_level(simd[k].level), ZC_OK);
+            payload_t got = step(&p, st[k], ZC_DTYPE_F32, x, n);
+            cr_assert_eq(got.len, want.len, "level %d step %d", (int)simd[k].level, t);
+            cr_assert_arr_eq(got.buf, want.buf, want.len);
+            cr_assert(same_bits_f32(st[k]->residual, ref->residual, n));
+            payload_free(&got);
+        }
+        payload_free(&want);
+    }
+    cr_assert_eq(zc_cpu_set_level(zc_cpu_detect()), ZC_OK);
+    free(x);
+    zc_codec_state_destroy(ref);
+    zc_codec_state_destroy(st[0]);
+    zc_codec_state_destroy(st[1]);
 }
 
 /* ------------------------------------------------------------------ hostile */
