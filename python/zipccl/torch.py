@@ -212,7 +212,10 @@ def tensor_layout(shape, rank):
     than columns (a Linear's out x in weight with out < in goes as in x out), copied into
     the top left corner of a zero prows x pcols matrix whose count the codec views as prows x
     pcols exactly, so each row of the view is a row of the matrix (zero rows and columns add
-    nothing to the low-rank factors: they come back zero).
+    nothing to the low-rank factors: they come back zero). Such a layout of at most twice the
+    tensor's count or None: a matrix over about 16 times taller than wide needs columns added
+    (the view has cols >= sqrt(count) / 4), 50000 x 64 as 50003 x 3127, and goes as it is,
+    in the codec's own view, instead.
     """
     key = (shape, rank)
     if key in _LAYOUTS:
@@ -225,11 +228,12 @@ def tensor_layout(shape, rank):
             transpose = rows < cols
             big, small = (cols, rows) if transpose else (rows, cols)
             best = None
+            limit = 2 * rows * cols + 1  # counts below it
             for pc in range(max(small, -(-big // 16)), max(small, -(-big // 16)) + 64):
-                if best is not None and pc * big >= best[0] * best[1]:
+                if pc * big >= (best[0] * best[1] if best is not None else limit):
                     break
                 for pr in range(max(big, pc), big + 4096):
-                    if best is not None and pr * pc >= best[0] * best[1]:
+                    if pr * pc >= (best[0] * best[1] if best is not None else limit):
                         break
                     if _powersgd_view(pr * pc) == (pr, pc):
                         best = (pr, pc)

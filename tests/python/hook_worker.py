@@ -43,6 +43,9 @@ and checks its outputs against the exact average, in float64:
     back to rounding (relative error < 1e-3, every tensor of every step). A bucket compressed
     as one matrix, or a weight viewed in another shape (the codec's own view of 256 x 784
     values is 448 x 448, whose rows straddle the weight's), is far from exact;
+  - zipccl.torch.tensor_layout (before the codecs): the layouts of docs/python.md's examples,
+    and for 400 random shapes that the codec's view (a copy of zc_powersgd_shape) of the
+    padded count is exactly the padded matrix, holding the tensor, of at most twice its count;
   - auto: the cost model picks raw, bf16 or qsgd 4 bits per call, or GradiVeQ's raw warm-up
     (exact) on a bucket that has not learned its ratio: qsgd 4-bit scatter's bound.
 Exit status 0 when every check passed on this rank.
@@ -134,6 +137,27 @@ def codec_bound(name, n, ins, exact):
         err = (n + 2) * U32 * s_abs
     err = err + gamma(n - 1, U64) * s_abs
     return err / n + 2 * U32 * (exact.abs() + err / n) + 2.0 ** -149
+
+
+def check_layouts():
+    known = {(512, 784): (784, 512, True, 784, 512), (256, 512): (512, 256, True, 512, 256),
+             (256, 784): (784, 256, True, 787, 256), (10, 256): (256, 10, True, 257, 16),
+             (1000, 999): (1000, 999, False, 1000, 999), (64, 3, 7, 7): (147, 64, True, 149, 64),
+             (256,): None, (3, 256): None, (50000, 64): None}
+    for shape, want in known.items():
+        got = zt.tensor_layout(shape, 4)
+        check(got == want, f'tensor_layout{shape}: {got}, expected {want}')
+    g = torch.Generator().manual_seed(7)
+    for _ in range(400):
+        shape = tuple(int(x) for x in torch.randint(1, 3000, (2,), generator=g))
+        layout = zt.tensor_layout(shape, 4)
+        if layout is None:
+            continue
+        rows, cols, transpose, prows, pcols = layout
+        check((rows, cols) == (shape[::-1] if transpose else shape) and prows >= rows and
+              pcols >= cols and prows * pcols <= 2 * rows * cols and
+              zt._powersgd_view(prows * pcols) == (prows, pcols),
+              f'tensor_layout{shape}: {layout}')
 
 
 def run_codec(name, rank, n):
@@ -277,6 +301,7 @@ def main():
             sys.exit(f'unknown codec {name} (one of {", ".join(CODECS)})')
     dist.init_process_group('gloo')
     rank, n = dist.get_rank(), dist.get_world_size()
+    check_layouts()
     for name in names:
         run_codec(name, rank, n)
     bad = torch.tensor([len(failures)])
