@@ -9,11 +9,15 @@ communication hook that all-reduces each gradient bucket through zipccl.
 
 The hook hands the bucket's flat buffer to zc_iallreduce (op avg: DDP expects the mean) under the
 key bucket.index() + 1, so stateful codecs (top-k and QSGD error feedback, GradiVeQ bases) keep
-one state per bucket, and returns a torch.futures.Future that a waiter thread completes when the
-call is done: backward goes on computing the next buckets' gradients meanwhile, and the
-communicator's progress thread (ZIPCCL_PROGRESS_THREAD=1) moves the data. CPU tensors are
-reduced where they lie; CUDA tensors are copied to host memory and back. docs/python.md.
+one state per bucket. With codec powersgd, which views a call as a matrix, it makes one call per
+gradient tensor of the bucket instead (tensor_layout: each weight as its own matrix, its state
+keyed by bucket and tensor), as PyTorch's powerSGD_hook compresses each tensor. It returns a
+torch.futures.Future that a waiter thread completes when the calls are done: backward goes on
+computing the next buckets' gradients meanwhile, and the communicator's progress thread
+(ZIPCCL_PROGRESS_THREAD=1) moves the data. CPU tensors are reduced where they lie; CUDA tensors
+are copied to host memory and back. docs/python.md.
 """
+import math
 import queue
 import threading
 
@@ -85,6 +89,9 @@ class HookState:
             self._own = False
         self.comm = comm
         self.world_size = comm.size
+        # codecs that view a call as a matrix: one call per tensor of the bucket
+        self.per_tensor = comm.setting('codec') == 'powersgd'
+        self.powersgd_rank = int(comm.setting('powersgd_rank')) if self.per_tensor else 0
         self._queue = queue.Queue()
         self._thread = threading.Thread(target=self._complete, name='zipccl-hook', daemon=True)
         self._thread.start()
@@ -94,9 +101,12 @@ class HookState:
             item = self._queue.get()
             if item is None:
                 return
-            request, future = item
+            requests, future, finish = item
             try:
-                result = request.wait()  # zc_wait, without the GIL
+                for request in requests:
+                    result = request.wait()  # zc_wait, without the GIL
+                if finish is not None:
+                    result = finish()
             except BaseException as e:
                 future.set_exception(e)
             else:
@@ -110,7 +120,50 @@ class HookState:
         except BaseException as e:
             future.set_exception(e)
             return future
-        self._queue.put((request, future))
+        self._queue.put(([request], future, None))
+        return future
+
+    def allreduce_bucket_future(self, bucket):
+        """Starts the average of each gradient tensor of @bucket over the ranks, one call per
+        tensor in tensor_layout's layout under the key (bucket.index() + 1) << 32 | (i + 1) (i:
+        the tensor's place in the bucket); a Future of bucket.buffer(), which holds the results
+        once it completes."""
+        buffer = bucket.buffer()
+        grads = bucket.gradients()
+        if sum(g.numel() for g in grads) != buffer.numel():  # not back to back: one call
+            return self.allreduce_future(buffer, bucket.index() + 1)
+        future = torch.futures.Future()
+        base = (bucket.index() + 1) << 32
+        requests, back = [], []
+        try:
+            offset = 0
+            for i, grad in enumerate(grads):
+                n = grad.numel()
+                flat = buffer[offset:offset + n]
+                offset += n
+                if n == 0:
+                    continue
+                layout = tensor_layout(tuple(grad.shape), self.powersgd_rank)
+                if layout is None:
+                    send = flat  # in place
+                else:
+                    rows, cols, transpose, prows, pcols = layout
+                    mat = flat.view(rows, cols) if not transpose else flat.view(cols, rows).t()
+                    send = flat.new_zeros(prows, pcols)
+                    send[:rows, :cols].copy_(mat)
+                    back.append((mat, send, rows, cols))
+                requests.append(self.comm.iallreduce(send, op='avg', key=base | (i + 1)))
+        except BaseException as e:
+            for request in requests:
+                request.wait()
+            future.set_exception(e)
+            return future
+
+        def finish():
+            for mat, send, rows, cols in back:
+                mat.copy_(send[:rows, :cols])
+            return buffer
+        self._queue.put((requests, future, finish))
         return future
 
     def stats(self):
@@ -134,13 +187,73 @@ class HookState:
         self.close()
 
 
+def _powersgd_view(count):
+    """(rows, cols) of the codec's matrix view of @count values (zc_powersgd_shape,
+    codec/powersgd/lowrank.c; docs/codecs.md, "The matrix view")."""
+    root = math.isqrt(count)
+    d = root
+    while d >= 1 and 4 * d >= root:
+        if count % d == 0:
+            return count // d, d
+        d -= 1
+    cols = root if root * root == count else root + 1
+    return -(-count // cols), cols
+
+
+_LAYOUTS = {}
+
+
+def tensor_layout(shape, rank):
+    """How the hook sends a gradient of @shape with PowerSGD of @rank: None to send it as it is
+    (1-D tensors, and matrices whose rank-@rank factors are not at least twice smaller, which
+    the codec sends raw), else (rows, cols, transpose, prows, pcols): the tensor as a rows x cols
+    matrix, shape[0] x the rest as PyTorch's powerSGD_hook takes it, or its transpose (the rest
+    x shape[0]) when shape[0] is the smaller side, since the codec's view never has fewer rows
+    than columns (a Linear's out x in weight with out < in goes as in x out), copied into
+    the top left corner of a zero prows x pcols matrix whose count the codec views as prows x
+    pcols exactly, so each row of the view is a row of the matrix (zero rows and columns add
+    nothing to the low-rank factors: they come back zero). Such a layout of at most twice the
+    tensor's count or None: a matrix over about 16 times taller than wide needs columns added
+    (the view has cols >= sqrt(count) / 4), 50000 x 64 as 50003 x 3127, and goes as it is,
+    in the codec's own view, instead.
+    """
+    key = (shape, rank)
+    if key in _LAYOUTS:
+        return _LAYOUTS[key]
+    layout = None
+    if len(shape) >= 2 and shape[0] >= 2:
+        rows, cols = shape[0], math.prod(shape[1:])
+        r = min(rank, rows, cols)
+        if cols >= 2 and 2 * ((rows + cols) * r + 1) <= rows * cols:
+            transpose = rows < cols
+            big, small = (cols, rows) if transpose else (rows, cols)
+            best = None
+            limit = 2 * rows * cols + 1  # counts below it
+            for pc in range(max(small, -(-big // 16)), max(small, -(-big // 16)) + 64):
+                if pc * big >= (best[0] * best[1] if best is not None else limit):
+                    break
+                for pr in range(max(big, pc), big + 4096):
+                    if pr * pc >= (best[0] * best[1] if best is not None else limit):
+                        break
+                    if _powersgd_view(pr * pc) == (pr, pc):
+                        best = (pr, pc)
+                        break
+            if best is not None:
+                layout = (big, small, transpose) + best
+    _LAYOUTS[key] = layout
+    return layout
+
+
 def comm_hook(state, bucket):
     """DDP communication hook: the bucket's gradients averaged over the ranks by zipccl.
 
     register with ddp_model.register_comm_hook(state, comm_hook), state a HookState. Key:
     bucket.index() + 1 (0 is zipccl's "no key"). After DDP rebuilds its buckets (after the first
     iteration) an index may name a bucket of another size: zipccl then starts its state afresh.
+    With codec powersgd, one call per gradient tensor of the bucket (allreduce_bucket_future).
     """
+    if state.per_tensor:
+        return state.allreduce_bucket_future(bucket)
     return state.allreduce_future(bucket.buffer(), bucket.index() + 1)
 
 

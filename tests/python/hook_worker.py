@@ -1,7 +1,7 @@
 """One rank of the DDP hook test (run by run_torchrun.py under torchrun; N = 2 or 4 ranks).
 
 usage: hook_worker.py CODEC [CODEC...]   (none, fp16, bf16, qsgd8, qsgd4, topk, gradiveq,
-                                          powersgd, auto)
+                                          powersgd, powersgd-lowrank, auto)
 
 An MLP 784-256-128-10 (235146 parameters) in DistributedDataParallel over gloo, with
 dist._DEFAULT_FIRST_BUCKET_BYTES = 64 KiB and bucket_cap_mb = 0.25: DDP's first iteration has
@@ -30,10 +30,22 @@ and checks its outputs against the exact average, in float64:
   - gradiveq (ring, a warm-up of 1 call): a tensor's first call sends raw f32 (docs/codecs.md):
     the first call of each bucket after the rebuild is exact to the f32 sum bound; later calls
     project on the learned basis, checked only to beat sending nothing (relative error < 1);
-  - powersgd (rank 4, warm-up 1, error feedback; its own algorithm): each bucket's first
-    call is raw, exact to the f32 sum bound (the rebuild's new sizes start afresh); then
-    the same error-feedback identity as top-k, sum_t (out_t - avg_t) = -(sum of residuals)
-    / N, and a compressed step must be lossy (relative error > 1%: it was compressed);
+  - powersgd (rank 4, warm-up 1, error feedback; its own algorithm): the hook makes one call
+    per gradient tensor (6 a step), the 3 weights compressed (the biases' factors would not be
+    twice smaller: raw). Each bucket's first call after the rebuild is exact to the f32 sum
+    bound (its tensors' keys start afresh: a new bucket, or another tensor or size under the
+    key); then the same error-feedback identity as top-k, sum_t (out_t - avg_t) = -(sum of
+    residuals) / N, and a compressed step must be lossy (relative error > 1%: compressed);
+    from the third step on, each weight's own error must exceed 1%: its key kept its state
+    past the warm-up (a key shared by tensors of other sizes would restart it: raw, exact);
+  - powersgd-lowrank: the same with one sample a step, the same on every rank: each weight's
+    gradient is of rank 1, so PowerSGD of rank 4 on each weight as its own matrix gives it
+    back to rounding (relative error < 1e-3, every tensor of every step). A bucket compressed
+    as one matrix, or a weight viewed in another shape (the codec's own view of 256 x 784
+    values is 448 x 448, whose rows straddle the weight's), is far from exact;
+  - zipccl.torch.tensor_layout (before the codecs): the layouts of docs/python.md's examples,
+    and for 400 random shapes that the codec's view (a copy of zc_powersgd_shape) of the
+    padded count is exactly the padded matrix, holding the tensor, of at most twice its count;
   - auto: the cost model picks raw, bf16 or qsgd 4 bits per call, or GradiVeQ's raw warm-up
     (exact) on a bucket that has not learned its ratio: qsgd 4-bit scatter's bound.
 Exit status 0 when every check passed on this rank.
@@ -60,6 +72,7 @@ CODECS = {
     'topk': dict(codec='topk', topk_density=0.01, algo='scatter'),
     'gradiveq': dict(codec='gradiveq', algo='ring', gradiveq_warmup=1),
     'powersgd': dict(codec='powersgd', powersgd_rank=4, powersgd_warmup=1),
+    'powersgd-lowrank': dict(codec='powersgd', powersgd_rank=4, powersgd_warmup=1),
     'auto': dict(codec='auto', algo='auto'),
 }
 
@@ -88,13 +101,13 @@ def make_ddp():
     return torch.nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=0.25)
 
 
-def batch(step, rank):
-    g = torch.Generator().manual_seed(1000 * step + rank)
-    return torch.randn(BATCH, 784, generator=g), torch.randint(0, 10, (BATCH,), generator=g)
+def batch(step, rank, size=BATCH):
+    g = torch.Generator().manual_seed(1000 * step + (rank if size > 1 else 0))
+    return torch.randn(size, 784, generator=g), torch.randint(0, 10, (size,), generator=g)
 
 
-def backward(model, step, rank):
-    x, y = batch(step, rank)
+def backward(model, step, rank, size=BATCH):
+    x, y = batch(step, rank, size)
     model.zero_grad(set_to_none=True)
     torch.nn.functional.cross_entropy(model(x), y).backward()
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
@@ -126,17 +139,39 @@ def codec_bound(name, n, ins, exact):
     return err / n + 2 * U32 * (exact.abs() + err / n) + 2.0 ** -149
 
 
+def check_layouts():
+    known = {(512, 784): (784, 512, True, 784, 512), (256, 512): (512, 256, True, 512, 256),
+             (256, 784): (784, 256, True, 787, 256), (10, 256): (256, 10, True, 257, 16),
+             (1000, 999): (1000, 999, False, 1000, 999), (64, 3, 7, 7): (147, 64, True, 149, 64),
+             (256,): None, (3, 256): None, (50000, 64): None}
+    for shape, want in known.items():
+        got = zt.tensor_layout(shape, 4)
+        check(got == want, f'tensor_layout{shape}: {got}, expected {want}')
+    g = torch.Generator().manual_seed(7)
+    for _ in range(400):
+        shape = tuple(int(x) for x in torch.randint(1, 3000, (2,), generator=g))
+        layout = zt.tensor_layout(shape, 4)
+        if layout is None:
+            continue
+        rows, cols, transpose, prows, pcols = layout
+        check((rows, cols) == (shape[::-1] if transpose else shape) and prows >= rows and
+              pcols >= cols and prows * pcols <= 2 * rows * cols and
+              zt._powersgd_view(prows * pcols) == (prows, pcols),
+              f'tensor_layout{shape}: {layout}')
+
+
 def run_codec(name, rank, n):
     record = []  # per step: [(index, input, output)]
 
     def hook(state, bucket):
         inp = bucket.buffer().clone()
         idx = bucket.index()
+        shapes = [tuple(g.shape) for g in bucket.gradients()]
         step_log = record[-1]
         fut = zt.comm_hook(state, bucket)
 
         def done(f):
-            step_log.append((idx, inp, f.value().clone()))
+            step_log.append((idx, inp, f.value().clone(), shapes))
             return f.value()
         return fut.then(done)
 
@@ -145,14 +180,18 @@ def run_codec(name, rank, n):
     model.register_comm_hook(state, hook)
     plain = make_ddp() if name == 'none' else None
 
+    lowrank = name == 'powersgd-lowrank'
+    tensors = 0  # calls the hook made
     sum_err = None  # topk: sum over steps >= 2 of (out - avg), buckets concatenated
     sum_abs = 0.0
     first_seen = set()
     for step in range(STEPS):
         record.append([])
-        grads = backward(model, step, rank)
+        grads = backward(model, step, rank, 1 if lowrank else BATCH)
         log = sorted(record[-1], key=lambda e: e[0])
-        layout = [(i, inp.numel()) for i, inp, _ in log]
+        layout = [(i, inp.numel()) for i, inp, _, _ in log]
+        tensors += sum(len(e[3]) for e in log) if CODECS[name]['codec'] == 'powersgd' \
+            else len(log)
         total = sum(c for _, c in layout)
         check(total == grads.numel(), f'{name} step {step}: buckets hold {total} values, '
               f'the model {grads.numel()}')
@@ -163,7 +202,7 @@ def run_codec(name, rank, n):
             check(len(layout) >= 2, f'{name} step {step}: {len(layout)} buckets, expected the '
                   f'rebuilt ones (2)')
         step_err = []
-        for idx, inp, out in log:
+        for idx, inp, out, shapes in log:
             ins = [x.double() for x in gather(inp)]
             outs = gather(out)
             check(all(torch.equal(o, outs[0]) for o in outs),
@@ -172,7 +211,22 @@ def run_codec(name, rank, n):
             diff = out.double() - exact
             what = f'{name} step {step} bucket {idx} ({inp.numel()} values)'
             first_call = step >= 1 and idx not in first_seen
-            if name in ('fp16', 'bf16', 'qsgd8', 'qsgd4', 'auto') or \
+            if CODECS[name]['codec'] == 'powersgd':
+                offset = 0
+                for t, shape in enumerate(shapes):
+                    cnt = math.prod(shape)
+                    d, e = diff[offset:offset + cnt], exact[offset:offset + cnt]
+                    offset += cnt
+                    rel = float(d.norm() / e.norm()) if float(e.norm()) > 0 else float(d.norm())
+                    if lowrank:
+                        check(rel < 1e-3, f'{what} tensor {t} {shape}: relative error {rel:.3g} '
+                              f'of a gradient of rank 1')
+                    elif step >= 2 and len(shape) == 2:
+                        check(rel > 0.01, f'{what} tensor {t} {shape}: relative error {rel:.3g}: '
+                              f'not compressed')
+            if lowrank:
+                pass
+            elif name in ('fp16', 'bf16', 'qsgd8', 'qsgd4', 'auto') or \
                     (name in ('gradiveq', 'powersgd') and first_call):
                 bound = codec_bound(name, n, ins, exact)
                 worst = float((diff.abs() / bound).max())
@@ -209,9 +263,16 @@ def run_codec(name, rank, n):
 
     stats = state.stats()
     calls = stats['calls']
-    check(calls == 1 + 2 * (STEPS - 1), f'{name}: {calls} calls, expected {1 + 2 * (STEPS - 1)}')
+    check(calls == tensors, f'{name}: {calls} calls, expected {tensors}')
     if name == 'none':
         check(stats['calls_compressed'] == 0, f'none: {stats["calls_compressed"]} compressed')
+    elif CODECS[name]['codec'] == 'powersgd':
+        # the codec takes the weights (3 a step); the biases are not worth factors: raw
+        check(stats['calls_compressed'] == 3 * STEPS,
+              f'{name}: {stats["calls_compressed"]} of {calls} calls compressed, expected the '
+              f'{3 * STEPS} of the weights')
+        check(stats['bytes_wire'] < stats['bytes_wire_raw'],
+              f'{name}: {stats["bytes_wire"]} bytes on the wire, raw {stats["bytes_wire_raw"]}')
     elif name != 'auto':
         check(stats['calls_compressed'] == calls,
               f'{name}: {stats["calls_compressed"]} of {calls} calls compressed')
@@ -240,6 +301,7 @@ def main():
             sys.exit(f'unknown codec {name} (one of {", ".join(CODECS)})')
     dist.init_process_group('gloo')
     rank, n = dist.get_rank(), dist.get_world_size()
+    check_layouts()
     for name in names:
         run_codec(name, rank, n)
     bad = torch.tensor([len(failures)])
