@@ -62,7 +62,7 @@ flags_for() {
     qsgd8-ring) echo "--codec qsgd --bits 8 --algo ring" ;;
     qsgd4-ring) echo "--codec qsgd --bits 4 --algo ring" ;;
     topk) echo "--codec topk --density 0.01 --algo allgather --local-momentum" ;;
-    gradiveq) echo "--codec gradiveq --algo ring --set GRADIVEQ_ENERGY=0.9" ;;
+    gradiveq) echo "--codec gradiveq --algo ring --set GRADIVEQ_ENERGY=0.95" ;;
     # PowerSGD rank 4 with error feedback and plain momentum: P and Q summed on a ring in
     # one collective per tensor (its own algorithm), the first 10 calls of each raw
     powersgd) echo "--codec powersgd --set POWERSGD_RANK=4" ;;
@@ -77,7 +77,7 @@ describe() {
     qsgd8-ring) echo "qsgd 8-bit, ring (qsgd-int)" ;;
     qsgd4-ring) echo "qsgd 4-bit, ring (qsgd-int)" ;;
     topk) echo "topk 1% + EF, local momentum" ;;
-    gradiveq) echo "gradiveq, 90% energy" ;;
+    gradiveq) echo "gradiveq, 95% energy" ;;
     powersgd) echo "powersgd rank 4 + EF" ;;
   esac
 }
