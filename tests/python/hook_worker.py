@@ -46,8 +46,8 @@ and checks its outputs against the exact average, in float64:
   - zipccl.torch.tensor_layout (before the codecs): the layouts of docs/python.md's examples,
     and for 400 random shapes that the codec's view (a copy of zc_powersgd_shape) of the
     padded count is exactly the padded matrix, holding the tensor, of at most twice its count;
-  - auto: the cost model picks raw, bf16 or qsgd 4 bits per call, or GradiVeQ's raw warm-up
-    (exact) on a bucket that has not learned its ratio: qsgd 4-bit scatter's bound.
+  - auto: the cost model picks raw, bf16, qsgd 4 bits or qsgd-int per call (GradiVeQ and
+    PowerSGD only with ZIPCCL_AUTO_LOWRANK=1): qsgd 4-bit scatter's bound.
 Exit status 0 when every check passed on this rank.
 """
 import math
