@@ -218,20 +218,21 @@ static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, s
 }
 
 /*
- * ZIPCCL_AUTO_LOWRANK=1: PowerSGD instead of @p best (auto's choice among the stateless
- * codecs and raw) where it pays (powersgd_pays) and models at least RAW_MIN_GAIN faster.
- * Its ratio is not an estimate: the factors' size follows from the count alone, so it is
- * exactly what past calls of the tensor sent, whatever the gradients hold; its speeds are
- * measured at init (measure.c: one power iteration and one expansion). Off by default:
- * error feedback and a warm-up change what the optimiser sees, the user's call.
+ * ZIPCCL_AUTO_LOWRANK=1: PowerSGD instead of @p best (auto's choice among the other
+ * codecs and raw, weighed as chosen: at the tensor's @p learned ratios) where it pays
+ * (powersgd_pays) and models at least RAW_MIN_GAIN faster. Its ratio is not an estimate: the
+ * factors' size follows from the count alone, so it is exactly what past calls of the tensor sent,
+ * whatever the gradients hold; its speeds are measured at init (measure.c: one power iteration and
+ * one expansion). Off by default: error feedback and a warm-up change what the optimiser sees, the
+ * user's call.
  */
 static zc_path_t powersgd_auto(const zc_policy_t *pol, size_t count, double elem,
-                               const zc_path_t *best)
+                               const zc_path_t *best, const double *learned)
 {
     int take = pol->auto_lowrank && powersgd_pays(pol, count) &&
                powersgd_cost(pol, (double)count) <
-                   (1.0 - RAW_MIN_GAIN) *
-                       path_cost(pol, best->algo, best->params.codec, (double)count, elem);
+                   (1.0 - RAW_MIN_GAIN) * path_cost_r(pol, best->algo, best->params.codec,
+                                                      (double)count, elem, learned);
     /* made afresh either way: a struct copy need not copy padding, which callers compare */
     return take ? make_path(pol, ZC_ALGO_POWERSGD, ZC_CODEC_POWERSGD)
                 : make_path(pol, best->algo, best->params.codec);
@@ -314,7 +315,7 @@ zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtyp
      */
     zc_path_t best = elem == 2.0 ? cheapest(pol, auto_codecs + 1, ncodecs - 1, 1, n, elem, learned)
                                  : cheapest(pol, auto_codecs, ncodecs, 1, n, elem, learned);
-    return powersgd_auto(pol, count, elem, &best);
+    return powersgd_auto(pol, count, elem, &best, learned);
 }
 
 /* ---------------------------------------------------------------- configuration */

@@ -433,6 +433,26 @@ Test(policy, auto_never_picks_a_stateful_codec)
  * formula of powersgd_cost with the exact factor size; a bias-sized tensor and a fast link
  * do not; without the setting (the previous test's auto) it never is.
  */
+/*
+ * Both low-rank methods in play: PowerSGD must beat GradiVeQ at the ratio the
+ * tensor learned, not at GradiVeQ's nominal one (1 with a learned dimension).
+ */
+Test(policy, auto_lowrank_weighs_powersgd_against_the_learned_ratio)
+{
+    zc_policy_t pol = slow_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    pol.auto_lowrank = 1;
+    pol.in.enc_bw[ZC_CODEC_POWERSGD] = 4e9;
+    pol.in.dec_bw[ZC_CODEC_POWERSGD] = 8e9;
+    const size_t n = 784 * 512;
+    double learned[ZC_CODEC_COUNT] = {0};
+    learned[ZC_CODEC_GRADIVEQ] = 1.0 / 4096;
+    /* at 1/4096 GradiVeQ's ring costs little more than its encode and decode, which run at
+     * 1.75-2.5x PowerSGD's speeds here (slow_link's figures) */
+    zc_path_t p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
+    cr_assert_eq(p.params.codec, ZC_CODEC_GRADIVEQ, "auto chose %s %s", zc_algo_name(p.algo),
+                 zc_codec_name(p.params.codec));
+}
+
 Test(policy, auto_lowrank_only_when_asked_and_where_it_pays)
 {
     zc_policy_t pol = slow_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
