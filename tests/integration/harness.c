@@ -5,6 +5,7 @@
  */
 #include "harness.h"
 
+#include "common/compiler.h"
 #include "common/timer.h"
 #include "transport/bootstrap/tcp.h"
 
@@ -438,7 +439,7 @@ static int err_has_ucx_abort(const rank_state_t *s)
     if (text && pread(s->err_fd, text, len, 0) == (ssize_t)len) {
         text[len] = '\0';
         found = 1;
-        for (size_t i = 0; i < sizeof(ucx_abort_marks) / sizeof(ucx_abort_marks[0]); i++)
+        for (size_t i = 0; i < ZC_ARRAY_SIZE(ucx_abort_marks); i++)
             found = found && strstr(text, ucx_abort_marks[i]) != NULL;
     }
     free(text);
