@@ -150,6 +150,8 @@ static zc_status_t op_prepare(zc_coll_op_t *op)
         const double *learned = zc_state_learned_ratios(comm->store, op->key, op->count, op->dtype);
         op->path = zc_policy_choose_learned(&comm->policy, op->count, op->dtype, op->op,
                                             learned ? learned : none);
+        zc_policy_note(&comm->policy, op->count, op->dtype, op->op, &op->path,
+                       learned ? learned : none);
         op->algo = algos[op->path.algo];
     }
     if (op->path.algo != ZC_ALGO_RAW_RING && zc_codec_needs_state(&op->path.params)) {
