@@ -89,6 +89,18 @@ zc_algo_id_t zc_algo_from_choice(int algo_choice)
 /* ---------------------------------------------------------------- cost model */
 
 /*
+ * Seconds of one ring step: the measured step, but at least a round's cost per peer. Steps
+ * measured back to back run in lockstep (20 us on the emulated cluster, where a round with
+ * every peer measured 0.8 ms and a call's steps cost milliseconds): a step moves one message
+ * each way where a round moves n - 1, so it costs at least the round's share of one.
+ */
+static double step_lat(const zc_policy_t *pol)
+{
+    const zc_policy_inputs_t *in = &pol->in;
+    return pol->nranks > 1 ? ZC_MAX(in->link_lat, in->round_lat / (pol->nranks - 1)) : in->link_lat;
+}
+
+/*
  * PowerSGD (collectives/powersgd.c) on @p count values: P = M Q and Q = M^T P
  * (encode speed), then P Q^T (decode speed) over the f32 input, and two ring
  * rounds of (R r + 1) and C r values: each 2 (n-1) steps of a 1/n segment.
@@ -97,7 +109,7 @@ zc_algo_id_t zc_algo_from_choice(int algo_choice)
 static double powersgd_cost(const zc_policy_t *pol, double count)
 {
     const zc_policy_inputs_t *in = &pol->in;
-    const double n = pol->nranks, W = in->link_bw, L = in->link_lat, B = 4.0 * count;
+    const double n = pol->nranks, W = in->link_bw, L = step_lat(pol), B = 4.0 * count;
     zc_powersgd_shape_t s;
 
     zc_powersgd_shape((uint64_t)count, pol->params[ZC_CODEC_POWERSGD].powersgd.rank, &s);
@@ -132,7 +144,7 @@ static double path_cost_r(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id
                           double count, double elem, const double *learned)
 {
     const zc_policy_inputs_t *in = &pol->in;
-    const double n = pol->nranks, W = in->link_bw, L = in->link_lat;
+    const double n = pol->nranks, W = in->link_bw, L = step_lat(pol);
     const double B = 4.0 * count;
     const double M = n > 1 ? in->round_lat : 0.0; /* a round with every peer; one rank: none */
     const double header = M;                      /* the call header */

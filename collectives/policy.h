@@ -10,7 +10,8 @@
  * round of small messages with every peer (both measured as such, the median),
  * codec ratio r (payload / input), encode and decode speeds E and D (input
  * bytes per second); every path first pays one round M for the call header,
- * then its own steps and rounds:
+ * then its own steps and rounds (a step costs at least M / (n-1): measured
+ * back to back, steps run in lockstep and look cheaper than in a call):
  *   raw ring   M + 2 (n-1) (L + B / (n W)) + (n-1) B / (n A)     (A: add speed)
  *   ring       M + B / E + 2 (n-1) (L + r B / (n W)) + (n-1) r B / (n R) + B / D
  *              + 2 (n-1) (L + S / (n W))   with shared scales (qsgd-int): S = 4 per bucket

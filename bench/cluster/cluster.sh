@@ -248,7 +248,7 @@ for rate in "${rate_list[@]}"; do
         --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$net.0/24" \
         --mca oob_tcp_if_include "$net.0/24" --mca coll ^hcoll --mca osc ^ucx \
         -x UCX_TLS=tcp -x UCX_NET_DEVICES=zc0 -x OPENBLAS_NUM_THREADS=1 -x PATH \
-        ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} \
+        ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} ${ZIPCCL_LOG_LEVEL:+-x ZIPCCL_LOG_LEVEL} \
         "$rank_bin" --sizes "$sizes" --methods "$methods" --algos "$algos" \
         --budget "$budget" --json "$out/$rate.jsonl" 2> >(tee "$out/$rate.stderr" >&2) &
     if ! wait $!; then
