@@ -576,6 +576,8 @@ void zc_coll_store_result(zc_coll_op_t *op, float *acc, size_t count, size_t off
     switch (op->dtype) {
     case ZC_DTYPE_F32: {
         float *out = (float *)op->recvbuf + offset;
+        if (out == acc && !avg)
+            break; /* summed in place (the all-gather's f32 sums): a copy onto itself */
         for (size_t i = 0; i < count; i++)
             out[i] = avg ? acc[i] / n : acc[i];
         break;
