@@ -34,8 +34,7 @@
 #define ROUND_BYTES 64
 #define ROUND_REPS 15
 
-/* Codec measurement, every rank at once: 4 MiB of N(0,1) (larger than L2, as gradients are), best
- * of 3. */
+/* Codec measurement, every rank at once: 4 MiB of N(0,1) (larger than L2), best of 3. */
 #define CODEC_VALUES (1u << 20)
 #define CODEC_REPS 3
 #define CODEC_DATA_SEED UINT64_C(0x706f6c696379) /* "policy" */

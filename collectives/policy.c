@@ -42,8 +42,9 @@
 
 /*
  * Measured rates are rounded to powers of 2^(1/CLASSES_PER_OCTAVE) (zc_policy_round_inputs):
- * steps of 19%, wider than the run-to-run spread of a measurement on a quiet cluster, narrower
- * than the model's own error.
+ * steps of 19%, narrower than the model's own error, meant to be wider than the run-to-run
+ * spread of a measurement on a quiet cluster (on the loaded emulated cluster of docs/results.md
+ * the spread was far wider; ZIPCCL_POLICY_FILE is the exact guarantee).
  */
 #define CLASSES_PER_OCTAVE 4
 

@@ -98,12 +98,12 @@ void zc_policy_log(const zc_policy_t *pol);
 
 /*
  * Measures (collectively, over @p ucx and @p bs) link bandwidth to the ring
- * neighbours, the median round of small messages with every peer, and codec
- * speeds on every rank at once, with the codecs' random draws keyed by
- * @p seed, and agrees on them: the slowest rate and the longest round any
- * rank measured, rank 0's ratios, rounded to classes (zc_policy_round_inputs),
- * into pol->in. A failure on any rank fails every rank. Errors: the
- * transport's, ZC_ERR_NO_MEMORY.
+ * neighbours, the median small ring step and small round with every peer, and
+ * codec speeds on every rank at once, with the codecs' random draws keyed by
+ * @p seed, and agrees on them: the slowest rate and the longest step and round
+ * any rank measured, rank 0's ratios, rounded to classes
+ * (zc_policy_round_inputs), into pol->in. A failure on any rank fails every
+ * rank. Errors: the transport's, ZC_ERR_NO_MEMORY.
  */
 zc_status_t zc_policy_measure(zc_policy_t *pol, uint64_t seed, zc_bootstrap_t *bs,
                               zc_ucx_comm_t *ucx);

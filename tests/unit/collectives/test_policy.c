@@ -1043,6 +1043,25 @@ Test(policy_init, policy_file_of_another_configuration_is_replaced)
     unlink(path);
 }
 
+/* A file of version 1 (an 8-byte ping for the latency, no round, no classes) is measured anew. */
+Test(policy_init, policy_file_of_version_1_is_measured_anew)
+{
+    char path[96], var[128], text[1024];
+    policy_file(path, sizeof(path), var, sizeof(var));
+    char *env[] = {"ZIPCCL_CODEC=qsgd", var, NULL};
+
+    write_file(path, "zipccl policy inputs 1\nranks 2\ncodec qsgd 00000000\nlink_bw 0x1p+30\n"
+                     "link_lat 0x1p-17\nadd_bw 0x1p+33\n");
+    run_init(2, env, &file_a);
+    assert_agreed(&file_a, 2);
+    cr_assert_eq(captured(ZC_LOG_WARN, "another configuration"), 1);
+    cr_assert_eq(captured(ZC_LOG_ERROR, "not a zipccl policy file"), 0);
+    read_file(path, text, sizeof(text));
+    cr_assert(strncmp(text, "zipccl policy inputs 2\n", 23) == 0 && strstr(text, "\nround_lat 0x"),
+              "%s", text);
+    unlink(path);
+}
+
 Test(policy_init, a_file_that_is_not_a_policy_file_fails_every_rank_and_stays)
 {
     char path[96], var[128], text[256];
