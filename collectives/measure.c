@@ -16,16 +16,25 @@
 
 /*
  * Link measurement: exchanges with both ring neighbours at once (what one ring
- * step does), best of several rounds so that a rank arriving late or a first
- * rendezvous only costs a round. 3 x 4 MiB take about 10 ms at 10 Gb/s and
- * 0.1 s at 1 Gb/s.
+ * step does); the bandwidth from the best of several, so that a rank arriving
+ * late or a first rendezvous only costs a round. 3 x 4 MiB take about 10 ms at
+ * 10 Gb/s and 0.1 s at 1 Gb/s.
  */
 #define LINK_BIG_BYTES (4u << 20)
 #define LINK_BIG_ROUNDS 3
 #define LINK_SMALL_BYTES 8
 #define LINK_SMALL_ROUNDS 10
 
-/* Codec measurement on rank 0: 4 MiB of N(0,1) (larger than L2, as gradients are), best of 3. */
+/*
+ * Latencies: the small ring steps above and rounds of a small message to and from every peer at
+ * once (what a call's header and the all-gather do), each back to back; the medians, not the
+ * best, since a call pays the steps it gets: where ranks share cores, a step waits for a peer
+ * to be scheduled (milliseconds) far more often than the luckiest of ten (microseconds) shows.
+ */
+#define ROUND_BYTES 64
+#define ROUND_REPS 15
+
+/* Codec measurement, every rank at once: 4 MiB of N(0,1) (larger than L2), best of 3. */
 #define CODEC_VALUES (1u << 20)
 #define CODEC_REPS 3
 #define CODEC_DATA_SEED UINT64_C(0x706f6c696379) /* "policy" */
@@ -67,46 +76,98 @@ static zc_status_t exchange(zc_ucx_comm_t *ucx, int left, int right, unsigned ro
     return ZC_OK;
 }
 
-/* This rank's link to its ring neighbours: bytes/s and seconds per small step. */
-static zc_status_t measure_link(zc_ucx_comm_t *ucx, double *bw_p, double *lat_p)
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * One round: a small message to and from every peer at once; seconds into *@p secs_p. @p sbuf
+ * and @p rbuf hold ROUND_BYTES per peer; @p reqs 2 (size - 1) requests.
+ */
+static zc_status_t small_round(zc_ucx_comm_t *ucx, unsigned round, char *sbuf, char *rbuf,
+                               zc_ucx_req_t *reqs, double *secs_p)
+{
+    const int rank = zc_ucx_comm_rank(ucx), size = zc_ucx_comm_size(ucx);
+    size_t nreq = 0;
+    zc_status_t status = ZC_OK;
+    uint64_t t0 = zc_time_ns();
+
+    for (int i = 1; i < size && status == ZC_OK; i++) {
+        const int from = (rank + size - i) % size;
+        status = zc_ucx_irecv(ucx, from, measure_tag(round), rbuf + (size_t)(i - 1) * ROUND_BYTES,
+                              ROUND_BYTES, &reqs[nreq]);
+        nreq += status == ZC_OK;
+    }
+    for (int i = 1; i < size && status == ZC_OK; i++) {
+        status = zc_ucx_isend(ucx, (rank + i) % size, measure_tag(round),
+                              sbuf + (size_t)(i - 1) * ROUND_BYTES, ROUND_BYTES, &reqs[nreq]);
+        nreq += status == ZC_OK;
+    }
+    /* what was posted must end before its buffers may go, failed or not */
+    zc_status_t wait = zc_ucx_waitall(ucx, reqs, nreq, "policy round measurement");
+    ZC_CHECK(status);
+    ZC_CHECK(wait);
+    *secs_p = (double)(zc_time_ns() - t0) * 1e-9;
+    return ZC_OK;
+}
+
+/*
+ * This rank's link to its ring neighbours into @p in: bytes/s, the median seconds of a small
+ * ring step and of a small round with every peer.
+ */
+static zc_status_t measure_link(zc_ucx_comm_t *ucx, zc_policy_inputs_t *in)
 {
     const int rank = zc_ucx_comm_rank(ucx), size = zc_ucx_comm_size(ucx);
     const int right = (rank + 1) % size, left = (rank + size - 1) % size;
-    double small = INFINITY, big = INFINITY, t = 0;
+    double small = INFINITY, big = INFINITY, t = 0, steps[LINK_SMALL_ROUNDS], rounds[ROUND_REPS];
     zc_status_t status = ZC_OK;
     unsigned round = 0;
 
-    char *sbuf = malloc(LINK_BIG_BYTES), *rbuf = malloc(LINK_BIG_BYTES);
-    if (!sbuf || !rbuf) {
-        ZC_ERROR("policy: cannot allocate 2 x %u bytes to measure the link", LINK_BIG_BYTES);
+    _Static_assert(LINK_BIG_BYTES >= ROUND_BYTES * 64, "the round buffers fit 64 peers");
+    const size_t buf_bytes = ZC_MAX((size_t)LINK_BIG_BYTES, (size_t)size * ROUND_BYTES);
+    char *sbuf = malloc(buf_bytes), *rbuf = malloc(buf_bytes);
+    zc_ucx_req_t *reqs = calloc(2 * (size_t)size, sizeof(*reqs));
+    if (!sbuf || !rbuf || !reqs) {
+        ZC_ERROR("policy: cannot allocate 2 x %zu bytes to measure the link", buf_bytes);
         free(sbuf);
         free(rbuf);
+        free(reqs);
         return ZC_ERR_NO_MEMORY;
     }
     /* touch every page now, so that no round pays for page faults */
-    memset(sbuf, 0x5a, LINK_BIG_BYTES);
-    memset(rbuf, 0, LINK_BIG_BYTES);
+    memset(sbuf, 0x5a, buf_bytes);
+    memset(rbuf, 0, buf_bytes);
 
     for (int i = 0; i < LINK_SMALL_ROUNDS; i++) {
         ZC_CHECK_GOTO(exchange(ucx, left, right, round++, sbuf, rbuf, LINK_SMALL_BYTES, &t), status,
                       err_leak);
         small = ZC_MIN(small, t);
+        steps[i] = t;
     }
     for (int i = 0; i < LINK_BIG_ROUNDS; i++) {
         ZC_CHECK_GOTO(exchange(ucx, left, right, round++, sbuf, rbuf, LINK_BIG_BYTES, &t), status,
                       err_leak);
         big = ZC_MIN(big, t);
     }
+    for (int i = 0; i < ROUND_REPS; i++)
+        ZC_CHECK_GOTO(small_round(ucx, round++, sbuf, rbuf, reqs, &rounds[i]), status, err_leak);
     free(sbuf);
     free(rbuf);
+    free(reqs);
 
-    *lat_p = ZC_MAX(small, 1e-9);
-    /* the latency is paid once per message: the rest of the big step is bandwidth */
-    *bw_p = clamp_rate(LINK_BIG_BYTES, big - small);
-    ZC_DEBUG("policy: rank %d link (to %d, from %d): %.3g GB/s, %.1f us per step "
-             "(best of %d x %u bytes and %d x %d bytes)",
-             rank, right, left, *bw_p * 1e-9, *lat_p * 1e6, LINK_BIG_ROUNDS, LINK_BIG_BYTES,
-             LINK_SMALL_ROUNDS, LINK_SMALL_BYTES);
+    qsort(steps, LINK_SMALL_ROUNDS, sizeof(steps[0]), cmp_double);
+    qsort(rounds, ROUND_REPS, sizeof(rounds[0]), cmp_double);
+    in->link_lat = ZC_MAX(steps[LINK_SMALL_ROUNDS / 2], 1e-9);
+    in->round_lat = ZC_MAX(rounds[ROUND_REPS / 2], 1e-9);
+    /* the wire's own latency is paid once per message: the rest of the big step is bandwidth */
+    in->link_bw = clamp_rate(LINK_BIG_BYTES, big - small);
+    ZC_DEBUG("policy: rank %d link (to %d, from %d): %.3g GB/s (best of %d x %u bytes less the "
+             "best of %d x %d bytes), a step %.1f us, a round %.1f us (medians of %d and %d)",
+             rank, right, left, in->link_bw * 1e-9, LINK_BIG_ROUNDS, LINK_BIG_BYTES,
+             LINK_SMALL_ROUNDS, LINK_SMALL_BYTES, in->link_lat * 1e6, in->round_lat * 1e6,
+             LINK_SMALL_ROUNDS, ROUND_REPS);
     return ZC_OK;
 
 err_leak:
@@ -139,7 +200,7 @@ typedef struct codec_bench {
     size_t cap;
 } codec_bench_t;
 
-/* Encode, decode_add and (linear codecs) reduce speeds and the ratio of @p codec on rank 0. */
+/* Encode, decode_add and (linear codecs) reduce speeds and the ratio of @p codec on this rank. */
 static zc_status_t measure_codec(const zc_policy_t *pol, zc_codec_id_t codec, uint64_t seed,
                                  codec_bench_t *b, zc_policy_inputs_t *in)
 {
@@ -198,7 +259,7 @@ err:
     return status;
 }
 
-/* Rank 0's add speed and codec numbers, into @p in. */
+/* This rank's add speed and codec numbers, into @p in. */
 static zc_status_t measure_codecs(const zc_policy_t *pol, uint64_t seed, zc_policy_inputs_t *in)
 {
     const size_t n = CODEC_VALUES;
@@ -248,77 +309,73 @@ out:
     return status;
 }
 
-/* What each rank contributes to the agreement on the link. */
-typedef struct link_report {
-    double bw, lat;
-    int64_t status;
-} link_report_t;
-
-/* What rank 0 broadcasts: its codec numbers, or why it has none. */
-typedef struct codec_report {
+/* What each rank contributes to the agreement: its link, its codec numbers, or why it has none. */
+typedef struct rank_report {
     zc_policy_inputs_t in;
     int64_t status;
-} codec_report_t;
+} rank_report_t;
 
 /*
- * Every rank measures its link, rank 0 the codecs. A failure on any rank fails
- * every rank, which all learn from the same allgather or broadcast, so none
- * is left waiting.
+ * The agreed inputs from every rank's report: the slowest of every rate (a call waits for its
+ * slowest rank), the longest round, rank 0's ratios (every rank measured them on the same data
+ * with the same draws). @p all holds @p size reports; 0, or the first failure's status.
+ */
+static zc_status_t agree(const rank_report_t *all, int size, int rank, zc_policy_inputs_t *in)
+{
+    *in = all[0].in;
+    for (int r = 0; r < size; r++) {
+        const zc_policy_inputs_t *o = &all[r].in;
+        if (all[r].status < 0) {
+            if (r != rank)
+                ZC_ERROR("policy: rank %d failed to measure its link or codecs (%s)", r,
+                         zc_status_string((zc_status_t)all[r].status));
+            return (zc_status_t)all[r].status;
+        }
+        in->link_bw = ZC_MIN(in->link_bw, o->link_bw);
+        in->link_lat = ZC_MAX(in->link_lat, o->link_lat);
+        in->round_lat = ZC_MAX(in->round_lat, o->round_lat);
+        in->add_bw = ZC_MIN(in->add_bw, o->add_bw);
+        for (int c = 0; c < ZC_CODEC_COUNT; c++) {
+            in->enc_bw[c] = ZC_MIN(in->enc_bw[c], o->enc_bw[c]);
+            in->dec_bw[c] = ZC_MIN(in->dec_bw[c], o->dec_bw[c]);
+            in->reduce_bw[c] = ZC_MIN(in->reduce_bw[c], o->reduce_bw[c]);
+        }
+    }
+    return ZC_OK;
+}
+
+/*
+ * Every rank measures its link, then its codecs, all at once: ranks that share a host's cores
+ * and memory share them in a call too, so speeds measured together are the speeds a call gets.
+ * One allgather of the reports agrees on them (agree) and rounds them to classes
+ * (zc_policy_round_inputs); a failure on any rank fails every rank, which all learn from the
+ * same allgather, so none is left waiting.
  */
 zc_status_t zc_policy_measure(zc_policy_t *pol, uint64_t seed, zc_bootstrap_t *bs,
                               zc_ucx_comm_t *ucx)
 {
     const int rank = bs->rank, size = bs->size;
-    link_report_t mine = {pol->in.link_bw, pol->in.link_lat, ZC_OK}, *all; /* nominal */
-    codec_report_t codecs;
+    rank_report_t mine, *all;
     zc_status_t status;
 
-    /* one rank has no link: the nominal numbers stand (no term of the model uses them) */
+    memset(&mine, 0, sizeof(mine));
+    mine.in = pol->in; /* nominal: one rank has no link, and no term of the model uses it */
     if (size > 1)
-        mine.status = measure_link(ucx, &mine.bw, &mine.lat);
-
-    memset(&codecs, 0, sizeof(codecs));
-    if (rank == 0) {
-        codecs.in = pol->in;
-        codecs.status = measure_codecs(pol, seed, &codecs.in);
-    }
+        mine.status = measure_link(ucx, &mine.in);
+    if (mine.status == ZC_OK)
+        mine.status = measure_codecs(pol, seed, &mine.in);
 
     all = malloc((size_t)size * sizeof(*all));
     if (!all) {
-        ZC_ERROR("policy: cannot allocate the link reports of %d ranks", size);
+        ZC_ERROR("policy: cannot allocate the measurement reports of %d ranks", size);
         return ZC_ERR_NO_MEMORY;
     }
     status = zc_bootstrap_allgather(bs, &mine, sizeof(mine), all);
-    if (status < 0) {
-        free(all);
-        return status;
-    }
-    double bw = INFINITY, lat = 0;
-    for (int r = 0; r < size; r++) {
-        if (all[r].status < 0) {
-            status = (zc_status_t)all[r].status;
-            if (r != rank)
-                ZC_ERROR("policy: rank %d failed to measure its link (%s)", r,
-                         zc_status_string(status));
-            break;
-        }
-        bw = ZC_MIN(bw, all[r].bw);
-        lat = ZC_MAX(lat, all[r].lat);
-    }
+    if (status == ZC_OK)
+        status = agree(all, size, rank, &pol->in);
     free(all);
-    if (status < 0)
-        return status;
-
-    ZC_CHECK(zc_bootstrap_broadcast(bs, &codecs, sizeof(codecs), 0));
-    if (codecs.status < 0) {
-        if (rank != 0)
-            ZC_ERROR("policy: rank 0 failed to measure codec speeds (%s)",
-                     zc_status_string((zc_status_t)codecs.status));
-        return (zc_status_t)codecs.status;
-    }
-    pol->in = codecs.in;
-    pol->in.link_bw = bw;
-    pol->in.link_lat = lat;
+    ZC_CHECK(status);
+    zc_policy_round_inputs(&pol->in);
     pol->measured = 1;
     return ZC_OK;
 }
@@ -354,6 +411,8 @@ static zc_status_t policy_inputs(zc_policy_t *pol, const zc_config_t *cfg, zc_bo
     }
     if (file.loaded) {
         pol->in = file.in;
+        /* the file's rates are classes already; the nominal rates of codecs not in play too */
+        zc_policy_round_inputs(&pol->in);
         pol->measured = 1;
         if (bs->rank == 0)
             ZC_INFO("policy: inputs read from ZIPCCL_POLICY_FILE=%s", path);
@@ -373,6 +432,7 @@ zc_status_t zc_policy_init(zc_policy_t *pol, const zc_config_t *cfg, zc_bootstra
     if (!pol || !cfg || !bs || !ucx)
         return ZC_ERR_INVALID_ARG;
     ZC_CHECK(zc_policy_configure(&p, cfg, zc_ucx_comm_size(ucx)));
+    p.log_decisions = bs->rank == 0;
     if (zc_policy_needs_measurement(&p))
         ZC_CHECK(policy_inputs(&p, cfg, bs, ucx));
     if (bs->rank == 0)

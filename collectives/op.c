@@ -150,6 +150,8 @@ static zc_status_t op_prepare(zc_coll_op_t *op)
         const double *learned = zc_state_learned_ratios(comm->store, op->key, op->count, op->dtype);
         op->path = zc_policy_choose_learned(&comm->policy, op->count, op->dtype, op->op,
                                             learned ? learned : none);
+        zc_policy_note(&comm->policy, op->count, op->dtype, op->op, &op->path,
+                       learned ? learned : none);
         op->algo = algos[op->path.algo];
     }
     if (op->path.algo != ZC_ALGO_RAW_RING && zc_codec_needs_state(&op->path.params)) {
@@ -574,6 +576,8 @@ void zc_coll_store_result(zc_coll_op_t *op, float *acc, size_t count, size_t off
     switch (op->dtype) {
     case ZC_DTYPE_F32: {
         float *out = (float *)op->recvbuf + offset;
+        if (out == acc && !avg)
+            break; /* summed in place (the all-gather's f32 sums): a copy onto itself */
         for (size_t i = 0; i < count; i++)
             out[i] = avg ? acc[i] / n : acc[i];
         break;

@@ -40,6 +40,14 @@
  */
 #define RAW_MIN_GAIN 0.1
 
+/*
+ * Measured rates are rounded to powers of 2^(1/CLASSES_PER_OCTAVE) (zc_policy_round_inputs):
+ * steps of 19%, narrower than the model's own error, meant to be wider than the run-to-run
+ * spread of a measurement on a quiet cluster (on the loaded emulated cluster of docs/results.md
+ * the spread was far wider; ZIPCCL_POLICY_FILE is the exact guarantee).
+ */
+#define CLASSES_PER_OCTAVE 4
+
 /* Sizes of f32 sums the init log shows the decision for: 64 KiB .. 1 GiB by 4x. */
 #define LOG_SIZE_MIN (64u << 10)
 #define LOG_SIZE_STEPS 8
@@ -82,6 +90,18 @@ zc_algo_id_t zc_algo_from_choice(int algo_choice)
 /* ---------------------------------------------------------------- cost model */
 
 /*
+ * Seconds of one ring step: the measured step, but at least a round's cost per peer. Steps
+ * measured back to back run in lockstep (20 us on the emulated cluster, where a round with
+ * every peer measured 0.8 ms and a call's steps cost milliseconds): a step moves one message
+ * each way where a round moves n - 1, so it costs at least the round's share of one.
+ */
+static double step_lat(const zc_policy_t *pol)
+{
+    const zc_policy_inputs_t *in = &pol->in;
+    return pol->nranks > 1 ? ZC_MAX(in->link_lat, in->round_lat / (pol->nranks - 1)) : in->link_lat;
+}
+
+/*
  * PowerSGD (collectives/powersgd.c) on @p count values: P = M Q and Q = M^T P
  * (encode speed), then P Q^T (decode speed) over the f32 input, and two ring
  * rounds of (R r + 1) and C r values: each 2 (n-1) steps of a 1/n segment.
@@ -90,7 +110,7 @@ zc_algo_id_t zc_algo_from_choice(int algo_choice)
 static double powersgd_cost(const zc_policy_t *pol, double count)
 {
     const zc_policy_inputs_t *in = &pol->in;
-    const double n = pol->nranks, W = in->link_bw, L = in->link_lat, B = 4.0 * count;
+    const double n = pol->nranks, W = in->link_bw, L = step_lat(pol), B = 4.0 * count;
     zc_powersgd_shape_t s;
 
     zc_powersgd_shape((uint64_t)count, pol->params[ZC_CODEC_POWERSGD].powersgd.rank, &s);
@@ -115,22 +135,28 @@ static int powersgd_pays(const zc_policy_t *pol, size_t count)
  * Modelled seconds of @p algo with @p codec on @p count values whose raw form
  * is @p elem bytes each. Codec speeds and ratios are per f32 input byte
  * (B = 4 count); the raw ring moves the caller's type (count * elem bytes).
- * The formulas are policy.h's; they add the stages up without crediting the
- * overlap of pipelining, so compression is modelled slightly pessimistically.
+ * The formulas are policy.h's: every call pays one round with every peer (M)
+ * for its header, then each algorithm its own: the rings 2 (n-1) steps (L
+ * each: a rank sends what it just received), the all-gather one round (every
+ * payload posted at once), the scatter two; and its bytes. They add the stages up without crediting
+ * the overlap of pipelining, so compression is modelled slightly pessimistically.
  */
 static double path_cost_r(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec,
                           double count, double elem, const double *learned)
 {
     const zc_policy_inputs_t *in = &pol->in;
-    const double n = pol->nranks, W = in->link_bw, L = in->link_lat;
+    const double n = pol->nranks, W = in->link_bw, L = step_lat(pol);
     const double B = 4.0 * count;
+    const double M = n > 1 ? in->round_lat : 0.0; /* a round with every peer; one rank: none */
+    const double header = M;                      /* the call header */
 
     if (!zc_policy_supports(algo, codec))
         return INFINITY;
     if (algo == ZC_ALGO_RAW_RING)
-        return 2.0 * (n - 1.0) * (L + count * elem / (n * W)) + (n - 1.0) * B / (n * in->add_bw);
+        return header + 2.0 * (n - 1.0) * (L + count * elem / (n * W)) +
+               (n - 1.0) * B / (n * in->add_bw);
     if (algo == ZC_ALGO_POWERSGD)
-        return powersgd_cost(pol, count);
+        return header + powersgd_cost(pol, count);
 
     const double r = learned && learned[codec] > 0 ? learned[codec] : in->ratio[codec];
     const double E = in->enc_bw[codec], D = in->dec_bw[codec];
@@ -139,13 +165,13 @@ static double path_cost_r(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id
     const double S = 4.0 * (double)zc_codec_shared_scales(&pol->params[codec], (uint64_t)count);
     switch (algo) {
     case ZC_ALGO_COMPRESSED_RING:
-        return (S > 0 ? 2.0 * (n - 1.0) * (L + S / (n * W)) : 0.0) + B / E +
+        return header + (S > 0 ? 2.0 * (n - 1.0) * (L + S / (n * W)) : 0.0) + B / E +
                2.0 * (n - 1.0) * (L + P / (n * W)) + (n - 1.0) * P / (n * in->reduce_bw[codec]) +
                B / D;
-    case ZC_ALGO_ALLGATHER: return B / E + (n - 1.0) * (L + P / W) + n * B / D;
+    case ZC_ALGO_ALLGATHER: return header + B / E + M + (n - 1.0) * P / W + n * B / D;
     default: /* scatter: shards out, owner decodes and re-encodes its shard, all-gather, decode */
-        return B / E + (n - 1.0) * (L + P / (n * W)) + B / D + B / (n * E) +
-               (n - 1.0) * (L + P / (n * W)) + B / D;
+        return header + B / E + M + (n - 1.0) * P / (n * W) + B / D + B / (n * E) + M +
+               (n - 1.0) * P / (n * W) + B / D;
     }
 }
 
@@ -318,6 +344,75 @@ zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtyp
     return powersgd_auto(pol, count, elem, &best, learned);
 }
 
+/* ---------------------------------------------------------------- classes and the decision log */
+
+static double round_class(double x)
+{
+    if (!(x > 0) || !isfinite(x))
+        return x;
+    return exp2(floor(log2(x) * CLASSES_PER_OCTAVE + 0.5) / CLASSES_PER_OCTAVE);
+}
+
+void zc_policy_round_inputs(zc_policy_inputs_t *in)
+{
+    in->link_bw = round_class(in->link_bw);
+    in->link_lat = round_class(in->link_lat);
+    in->round_lat = round_class(in->round_lat);
+    in->add_bw = round_class(in->add_bw);
+    for (int c = 0; c < ZC_CODEC_COUNT; c++) {
+        in->enc_bw[c] = round_class(in->enc_bw[c]);
+        in->dec_bw[c] = round_class(in->dec_bw[c]);
+        in->reduce_bw[c] = round_class(in->reduce_bw[c]);
+    }
+}
+
+void zc_policy_note(zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t op,
+                    const zc_path_t *path, const double *learned)
+{
+    if (!pol->log_decisions || !eligible(pol, count, dtype, op) || !ZC_LOG_ENABLED(ZC_LOG_INFO))
+        return;
+    /* open addressing on (count, dtype); a full table logs no new sizes (said once) */
+    const uint64_t h = ((uint64_t)count * 0x9e3779b97f4a7c15ull) ^ (uint64_t)dtype;
+    zc_policy_seen_t *slot = NULL;
+    for (size_t i = 0; i < ZC_POLICY_SEEN; i++) {
+        zc_policy_seen_t *e = &pol->seen[(h + i) % ZC_POLICY_SEEN];
+        if (!e->used || (e->count == count && e->dtype == (uint8_t)dtype)) {
+            slot = e;
+            break;
+        }
+    }
+    if (!slot) {
+        ZC_LOG_ONCE(ZC_LOG_INFO, "policy: %d sizes seen; decisions for further sizes not logged",
+                    ZC_POLICY_SEEN);
+        return;
+    }
+    if (slot->used && slot->algo == (uint8_t)path->algo &&
+        slot->codec == (uint8_t)path->params.codec)
+        return;
+
+    const double elem = (double)zc_dtype_size(dtype), n = (double)count;
+    const double cost = path_cost_r(pol, path->algo, path->params.codec, n, elem, learned);
+    const double raw = path_cost(pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE, n, elem);
+    char was[48] = "first call";
+    if (slot->used)
+        snprintf(was, sizeof(was), "was %s%s%s", zc_algo_name((zc_algo_id_t)slot->algo),
+                 slot->algo == ZC_ALGO_RAW_RING ? "" : "/",
+                 slot->algo == ZC_ALGO_RAW_RING ? "" : zc_codec_name((zc_codec_id_t)slot->codec));
+    ZC_INFO("policy: %zu x %s sums go %s%s%s (%s): modelled %.3g ms, raw ring %.3g ms%s", count,
+            zc_dtype_name(dtype), zc_algo_name(path->algo),
+            path->algo == ZC_ALGO_RAW_RING ? "" : "/",
+            path->algo == ZC_ALGO_RAW_RING ? "" : zc_codec_name(path->params.codec), was,
+            cost * 1e3, raw * 1e3,
+            pol->codec_cfg == ZC_POLICY_CODEC_AUTO || pol->algo_cfg == ZC_POLICY_ALGO_AUTO
+                ? ""
+                : " (configured)");
+    slot->used = 1;
+    slot->count = count;
+    slot->dtype = (uint8_t)dtype;
+    slot->algo = (uint8_t)path->algo;
+    slot->codec = (uint8_t)path->params.codec;
+}
+
 /* ---------------------------------------------------------------- configuration */
 
 static void nominal_inputs(zc_policy_t *pol)
@@ -325,6 +420,7 @@ static void nominal_inputs(zc_policy_t *pol)
     zc_policy_inputs_t *in = &pol->in;
     in->link_bw = NOMINAL_LINK_BW;
     in->link_lat = NOMINAL_LINK_LAT;
+    in->round_lat = NOMINAL_LINK_LAT;
     in->add_bw = NOMINAL_ADD_BW;
     for (int c = 0; c < ZC_CODEC_COUNT; c++) {
         const zc_codec_ops_t *ops = zc_codec_ops((zc_codec_id_t)c);
@@ -438,8 +534,9 @@ void zc_policy_log(const zc_policy_t *pol)
             off += (size_t)snprintf(line + off, sizeof(line) - off, __VA_ARGS__);                  \
     } while (0)
 
-    APPEND("policy: %d rank%s, link %s %.1f us%s, add %s", pol->nranks, pol->nranks == 1 ? "" : "s",
-           fmt_rate(r1, sizeof(r1), pol->in.link_bw), pol->in.link_lat * 1e6,
+    APPEND("policy: %d rank%s, link %s, step %.1f us, round %.1f us%s, add %s", pol->nranks,
+           pol->nranks == 1 ? "" : "s", fmt_rate(r1, sizeof(r1), pol->in.link_bw),
+           pol->in.link_lat * 1e6, pol->in.round_lat * 1e6,
            pol->nranks > 1 ? " (slowest rank)" : " (none: one rank)",
            fmt_rate(r2, sizeof(r2), pol->in.add_bw));
     for (int c = 1; c < ZC_CODEC_COUNT; c++) {

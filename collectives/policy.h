@@ -6,16 +6,21 @@
  * call header checks it anyway.
  *
  * Cost model (docs/collectives.md): for n ranks, B input bytes (f32), link
- * bandwidth W and latency L per ring step, codec ratio r (payload / input),
- * encode and decode speeds E and D (input bytes per second):
- *   raw ring   2 (n-1) (L + B / (n W)) + (n-1) B / (n A)     (A: add speed)
- *   ring       B / E + 2 (n-1) (L + r B / (n W)) + (n-1) r B / (n R) + B / D
+ * bandwidth W, L the seconds of one ring step of small messages and M of one
+ * round of small messages with every peer (both measured as such, the median),
+ * codec ratio r (payload / input), encode and decode speeds E and D (input
+ * bytes per second); every path first pays one round M for the call header,
+ * then its own steps and rounds (a step costs at least M / (n-1): measured
+ * back to back, steps run in lockstep and look cheaper than in a call):
+ *   raw ring   M + 2 (n-1) (L + B / (n W)) + (n-1) B / (n A)     (A: add speed)
+ *   ring       M + B / E + 2 (n-1) (L + r B / (n W)) + (n-1) r B / (n R) + B / D
  *              + 2 (n-1) (L + S / (n W))   with shared scales (qsgd-int): S = 4 per bucket
- *   allgather  B / E + (n-1) (L + r B / W) + n B / D
- *   scatter    B / E + (n-1) (L + r B / (n W)) + B / D + B / (n E)
- *              + (n-1) (L + r B / (n W)) + B / D
+ *   allgather  M + B / E + M + (n-1) r B / W + n B / D            (one round: every peer at once)
+ *   scatter    M + B / E + M + (n-1) r B / (n W) + B / D + B / (n E)
+ *              + M + (n-1) r B / (n W) + B / D                    (two rounds)
  * (R: payload reduce speed). ZIPCCL_ALGO=auto takes the cheapest path that
- * the codec supports, raw included.
+ * the codec supports, raw included. Measured rates are rounded to classes
+ * (powers of 2^(1/4)) so that two runs on the same cluster decide alike.
  */
 #ifndef ZC_COLLECTIVES_POLICY_H
 #define ZC_COLLECTIVES_POLICY_H
@@ -28,6 +33,7 @@
 #include <zipccl/zipccl.h>
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* One decision: the algorithm and the codec with its parameters. */
 typedef struct zc_path {
@@ -37,14 +43,23 @@ typedef struct zc_path {
 
 /* What the cost model knows about the machine; identical on every rank. */
 typedef struct zc_policy_inputs {
-    double link_bw;  /* bytes/s one rank sends to its ring neighbour while receiving */
-    double link_lat; /* seconds of one small message step */
-    double add_bw;   /* f32 bytes/s of the raw reduction */
+    double link_bw;   /* bytes/s one rank sends to its ring neighbour while receiving */
+    double link_lat;  /* seconds of one ring step of small messages (median) */
+    double round_lat; /* seconds of one round of small messages with every peer (median) */
+    double add_bw;    /* f32 bytes/s of the raw reduction */
     double enc_bw[ZC_CODEC_COUNT];    /* f32 input bytes/s of encode */
     double dec_bw[ZC_CODEC_COUNT];    /* f32 output bytes/s of decode_add */
     double reduce_bw[ZC_CODEC_COUNT]; /* payload bytes/s of zc_codec_reduce (linear codecs) */
     double ratio[ZC_CODEC_COUNT];     /* payload bytes / f32 input bytes */
 } zc_policy_inputs_t;
+
+/* A size the decision log has seen (zc_policy_note), with the path it last logged. */
+typedef struct zc_policy_seen {
+    uint64_t count;
+    uint8_t dtype, algo, codec, used;
+} zc_policy_seen_t;
+
+#define ZC_POLICY_SEEN 1024 /* sizes the decision log follows */
 
 typedef struct zc_policy {
     int nranks;
@@ -54,7 +69,9 @@ typedef struct zc_policy {
     int auto_lowrank; /* ZIPCCL_AUTO_LOWRANK: auto may pick GradiVeQ and PowerSGD */
     zc_codec_params_t params[ZC_CODEC_COUNT]; /* from the configuration, ranks = nranks */
     zc_policy_inputs_t in;
-    int measured; /* in holds measurements (auto) rather than defaults */
+    int measured;      /* in holds measurements (auto) rather than defaults */
+    int log_decisions; /* rank 0: zc_policy_note logs each size's path when it changes */
+    zc_policy_seen_t seen[ZC_POLICY_SEEN];
 } zc_policy_t;
 
 #define ZC_POLICY_CODEC_AUTO ZC_CFG_CODEC_AUTO /* ZIPCCL_CODEC=auto, after the codec ids */
@@ -80,11 +97,13 @@ void zc_policy_log(const zc_policy_t *pol);
 /* measure.c: the live measurements, collective */
 
 /*
- * Measures (collectively, over @p ucx and @p bs) link bandwidth and latency to
- * the ring neighbours and this machine's codec speeds, with the codecs' random
- * draws keyed by @p seed, and agrees on them: the slowest link any rank
- * measured, rank 0's codec speeds, into pol->in. A failure on any rank fails
- * every rank. Errors: the transport's, ZC_ERR_NO_MEMORY.
+ * Measures (collectively, over @p ucx and @p bs) link bandwidth to the ring
+ * neighbours, the median small ring step and small round with every peer, and
+ * codec speeds on every rank at once, with the codecs' random draws keyed by
+ * @p seed, and agrees on them: the slowest rate and the longest step and round
+ * any rank measured, rank 0's ratios, rounded to classes
+ * (zc_policy_round_inputs), into pol->in. A failure on any rank fails every
+ * rank. Errors: the transport's, ZC_ERR_NO_MEMORY.
  */
 zc_status_t zc_policy_measure(zc_policy_t *pol, uint64_t seed, zc_bootstrap_t *bs,
                               zc_ucx_comm_t *ucx);
@@ -129,6 +148,22 @@ zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtyp
  */
 zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtype_t dtype,
                                    zc_redop_t op, const double *learned);
+
+/*
+ * Rounds every measured rate of @p in (link, add, codec speeds; not the ratios,
+ * which follow from fixed data and draws) to the nearest power of 2^(1/4), so
+ * that runs whose measurements differ within a class take the same decisions.
+ */
+void zc_policy_round_inputs(zc_policy_inputs_t *in);
+
+/*
+ * With pol->log_decisions (rank 0 after zc_policy_init), logs at info level
+ * the first path of each eligible (count, type) and every change of it (the
+ * tensor's learned ratio can change it), with the modelled seconds of the path
+ * and of the raw ring. @p learned as zc_policy_choose_learned's (or NULL).
+ */
+void zc_policy_note(zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t op,
+                    const zc_path_t *path, const double *learned);
 
 /* Modelled seconds of @p path on @p bytes of f32 input (for the log, the tests and allreduce_perf).
  */

@@ -7,11 +7,12 @@
  *
  * The file is text, one fact per line, rates as exact hex floats:
  *
- *   zipccl policy inputs 1
+ *   zipccl policy inputs 2
  *   ranks 4
  *   codec qsgd 8d0c31f2          (the parameters' hash, one line per codec in play)
  *   link_bw 0x1.2a05f2p+30
  *   link_lat 0x1.4f8b588e368f1p-17
+ *   round_lat 0x1.0c6f7a0b5ed8dp-14
  *   add_bw ...
  *   qsgd enc_bw ... dec_bw ... reduce_bw ... ratio ...
  *
@@ -29,7 +30,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#define FILE_MAGIC "zipccl policy inputs 1\n"
+/*
+ * Version 2: link_lat is a ring step's median (was the fastest 8-byte step), round_lat a round
+ * with every peer, and the rates are rounded to classes; a file of another version is another
+ * configuration's.
+ */
+#define FILE_KIND "zipccl policy inputs "
+#define FILE_MAGIC FILE_KIND "2\n"
 
 /* The identity block: the magic, the rank count and each codec in play with its parameters. */
 static size_t identity(const zc_policy_t *pol, char *buf, size_t len)
@@ -76,6 +83,7 @@ static int read_rates(FILE *f, char *line, size_t len, const zc_policy_t *pol,
 
     if (!read_rate(line, "link_bw", &in->link_bw) || !fgets(line, (int)len, f) ||
         !read_rate(line, "link_lat", &in->link_lat) || !fgets(line, (int)len, f) ||
+        !read_rate(line, "round_lat", &in->round_lat) || !fgets(line, (int)len, f) ||
         !read_rate(line, "add_bw", &in->add_bw))
         return 0;
     for (int c = 0; c < ZC_CODEC_COUNT; c++) {
@@ -130,14 +138,14 @@ zc_status_t zc_policy_file_load(const zc_policy_t *pol, const char *path, zc_pol
     zc_policy_inputs_t file_in = *in;
     zc_status_t status = ZC_OK;
 
-    if (got_len < strlen(FILE_MAGIC) || memcmp(got, FILE_MAGIC, strlen(FILE_MAGIC)) != 0) {
+    if (got_len < strlen(FILE_KIND) || memcmp(got, FILE_KIND, strlen(FILE_KIND)) != 0) {
         ZC_ERROR("policy: ZIPCCL_POLICY_FILE=%s is not a zipccl policy file (it does not start "
-                 "with '%.*s'); it is left as it is",
-                 path, (int)strlen(FILE_MAGIC) - 1, FILE_MAGIC);
+                 "with '%s'); it is left as it is",
+                 path, FILE_KIND);
         status = ZC_ERR_INVALID_CONFIG;
     } else if (got_len != want_len || memcmp(got, want, want_len) != 0) {
         ZC_WARN("policy: ZIPCCL_POLICY_FILE=%s holds the inputs of another configuration (rank "
-                "count or codec parameters); measuring anew and replacing them",
+                "count, codec parameters or file version); measuring anew and replacing them",
                 path);
     } else if (!have_line || !read_rates(f, line, sizeof(line), pol, &file_in)) {
         ZC_ERROR("policy: ZIPCCL_POLICY_FILE=%s is damaged (a rate is missing or not a positive "
@@ -166,7 +174,8 @@ zc_status_t zc_policy_file_save(const zc_policy_t *pol, const char *path)
         goto fail;
     identity(pol, head, sizeof(head));
     fputs(head, f);
-    fprintf(f, "link_bw %a\nlink_lat %a\nadd_bw %a\n", in->link_bw, in->link_lat, in->add_bw);
+    fprintf(f, "link_bw %a\nlink_lat %a\nround_lat %a\nadd_bw %a\n", in->link_bw, in->link_lat,
+            in->round_lat, in->add_bw);
     for (int c = 0; c < ZC_CODEC_COUNT; c++)
         if (mask & 1u << c)
             fprintf(f, "%s enc_bw %a dec_bw %a reduce_bw %a ratio %a\n",

@@ -237,6 +237,10 @@ for rate in "${rate_list[@]}"; do
         continue
     fi
     echo "# rate $rate: mpirun -np $hosts cluster_rank --sizes $sizes --methods $methods"
+    # the caller's ZIPCCL_* settings (log level, chunk size, statistics) reach every rank;
+    # cluster_rank sets each method's own (codec, algorithm, parameters) over them
+    zipccl_env=()
+    for v in $(compgen -e | grep '^ZIPCCL_' || true); do zipccl_env+=(-x "$v"); done
     rm -f "$out/$rate.jsonl"
     # Open MPI: tcp btl and ob1 only (vader's shared memory and the UCX pml would bypass the
     # links), out-of-band traffic on the test subnet too. zipccl: UCX over tcp on zc0.
@@ -248,7 +252,7 @@ for rate in "${rate_list[@]}"; do
         --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$net.0/24" \
         --mca oob_tcp_if_include "$net.0/24" --mca coll ^hcoll --mca osc ^ucx \
         -x UCX_TLS=tcp -x UCX_NET_DEVICES=zc0 -x OPENBLAS_NUM_THREADS=1 -x PATH \
-        ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} \
+        ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} ${zipccl_env[@]+"${zipccl_env[@]}"} \
         "$rank_bin" --sizes "$sizes" --methods "$methods" --algos "$algos" \
         --budget "$budget" --json "$out/$rate.jsonl" 2> >(tee "$out/$rate.stderr" >&2) &
     if ! wait $!; then

@@ -142,7 +142,8 @@ def targets(all_rows, hosts):
     at = {r["method"]: r for r in rows if r["bytes"] == 64 << 20}
     if at:
         out.append(f"Targets ({hosts} hosts, 1gbit, 64 MiB f32), speedup over MPI_Allreduce:")
-        for m, goal in (("raw", 1.3), ("qsgd4", 6), ("gradiveq", 6), ("topk", 10)):
+        # issue 21: top-k >= 15x and QSGD 4-bit >= 10x (raw and GradiVeQ: issue 6's)
+        for m, goal in (("raw", 1.3), ("qsgd4", 10), ("gradiveq", 6), ("topk", 15)):
             if m in at and at[m]["speedup_vs_mpi"] is not None:
                 s = at[m]["speedup_vs_mpi"]
                 out.append(f"- {m} ({at[m]['algo']}): {s:.2f}x (target >= {goal}x: "
@@ -172,12 +173,16 @@ def targets(all_rows, hosts):
     what = {"algo": "ZIPCCL_ALGO=auto against the codec's fastest fixed algorithm",
             "codec": "ZIPCCL_CODEC=auto against the fastest of raw, bf16, qsgd4 (those measured)",
             "raw": "ZIPCCL_CODEC=auto against the raw ring"}
+    # issue 21: ALGO=auto within 10% of the best fixed, CODEC=auto never 5% slower than raw
+    goals = {"algo": 1.10, "codec": None, "raw": 1.05}
     for kind in ("algo", "codec", "raw"):
         if kind in worst:
             w = worst[kind]
+            goal = goals[kind]
+            verdict = ("no target" if goal is None else
+                       f"target <= {goal:.2f}: {'met' if w[0] <= goal else 'NOT met'}")
             out.append(f"- {what[kind]}, worst case over every rate and size: {w[0]:.2f}x "
-                       f"({w[3]}, {size_label(w[2])}, {w[1]}; target <= 1.05: "
-                       f"{'met' if w[0] <= 1.05 else 'NOT met'})")
+                       f"({w[3]}, {size_label(w[2])}, {w[1]}; {verdict})")
     return out
 
 

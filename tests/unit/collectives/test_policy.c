@@ -38,9 +38,9 @@ static const zc_dtype_t float_types[] = {ZC_DTYPE_F32, ZC_DTYPE_F16, ZC_DTYPE_BF
 
 /*
  * A policy as init would build it from defaults, with inputs given by hand:
- * @p link_bw and @p link_lat, and codec speeds of the order codec_bench
- * reports on one core (qsgd encodes slower than it decodes, top-k slower
- * still). The ratios are those of the default parameters.
+ * @p link_bw and @p link_lat (a round with every peer n - 1 of those), and codec speeds of the
+ * order codec_bench reports on one core (qsgd encodes slower than it decodes, top-k slower still).
+ * The ratios are those of the default parameters.
  */
 static zc_policy_t make_policy(int nranks, int codec_cfg, int algo_cfg, size_t min_bytes,
                                double link_bw, double link_lat)
@@ -59,6 +59,8 @@ static zc_policy_t make_policy(int nranks, int codec_cfg, int algo_cfg, size_t m
     zc_policy_inputs_t *in = &pol.in;
     in->link_bw = link_bw;
     in->link_lat = link_lat;
+    /* a round posts a message to each of n - 1 peers, a ring step to one */
+    in->round_lat = link_lat * (nranks > 2 ? nranks - 1 : 1);
     in->add_bw = 14e9;
     const double enc[] = {30e9, 5e9, 50e9, 30e9, 2.5e9, 10e9, 4e9, 1e9};
     const double dec[] = {28e9, 29e9, 54e9, 54e9, 75e9, 14e9, 20e9, 2e9};
@@ -464,9 +466,9 @@ Test(policy, auto_lowrank_only_when_asked_and_where_it_pays)
     const size_t n = 784 * 512; /* 784 x 512: factors (784 + 512) 4 + 1 values */
     const double B = 4.0 * n, F = 4.0 * ((784 + 512) * 4 + 1), r = 4;
     const zc_policy_inputs_t *in = &pol.in;
-    double want = B / in->enc_bw[ZC_CODEC_POWERSGD] + B / in->dec_bw[ZC_CODEC_POWERSGD] +
-                  4 * (r - 1) * in->link_lat + 2 * (r - 1) * F / (r * in->link_bw) +
-                  (r - 1) * F / (r * in->add_bw);
+    double want = in->round_lat /* the header */ + B / in->enc_bw[ZC_CODEC_POWERSGD] +
+                  B / in->dec_bw[ZC_CODEC_POWERSGD] + 4 * (r - 1) * in->link_lat +
+                  2 * (r - 1) * F / (r * in->link_bw) + (r - 1) * F / (r * in->add_bw);
     double got = zc_policy_cost(&pol, ZC_ALGO_POWERSGD, ZC_CODEC_POWERSGD, 4 * n);
     cr_assert_float_eq(got, want, want * 1e-12);
     cr_assert(isinf(zc_policy_cost(&pol, ZC_ALGO_POWERSGD, ZC_CODEC_QSGD, 4 * n)));
@@ -547,28 +549,33 @@ Test(policy, cost_formulas)
     zc_policy_inputs_t *in = &pol.in;
     in->link_bw = 1e9;
     in->link_lat = 1e-5;
+    in->round_lat = 3e-5;
     in->add_bw = 1e10;
     in->enc_bw[ZC_CODEC_BF16] = 2e9;
     in->dec_bw[ZC_CODEC_BF16] = 4e9;
     in->reduce_bw[ZC_CODEC_BF16] = 5e9;
     in->ratio[ZC_CODEC_BF16] = 0.5;
-    const double B = 4e6, n = 4, W = 1e9, L = 1e-5, E = 2e9, D = 4e9, R = 5e9, r = 0.5;
+    const double B = 4e6, n = 4, W = 1e9, L = 1e-5, M = 3e-5, E = 2e9, D = 4e9, R = 5e9, r = 0.5;
 
-    /* raw: 2 (n-1) (L + B/(nW)) + (n-1) B/(nA) = 6 (1e-5 + 1e-3) + 3e-4 */
-    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE, 4000000), 6.36e-3,
+    /* every path: one header round M, then its own steps (L) and rounds (M) */
+    /* raw: M + 2 (n-1) (L + B/(nW)) + (n-1) B/(nA) = 3e-5 + 6 (1e-5 + 1e-3) + 3e-4 */
+    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE, 4000000), 6.39e-3,
                        1e-15);
-    double cring = B / E + 2 * (n - 1) * (L + r * B / (n * W)) + (n - 1) * r * B / (n * R) + B / D;
-    double allgather = B / E + (n - 1) * (L + r * B / W) + n * B / D;
-    double scatter = B / E + (n - 1) * (L + r * B / (n * W)) + B / D + B / (n * E) +
-                     (n - 1) * (L + r * B / (n * W)) + B / D;
+    double cring =
+        M + B / E + 2 * (n - 1) * (L + r * B / (n * W)) + (n - 1) * r * B / (n * R) + B / D;
+    /* the all-gather posts every payload at once: one round; the scatter two */
+    double allgather = M + B / E + M + (n - 1) * r * B / W + n * B / D;
+    double scatter = M + B / E + M + (n - 1) * r * B / (n * W) + B / D + B / (n * E) + M +
+                     (n - 1) * r * B / (n * W) + B / D;
     cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_COMPRESSED_RING, ZC_CODEC_BF16, 4000000), cring,
                        cring * 1e-12);
     cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_ALLGATHER, ZC_CODEC_BF16, 4000000), allgather,
                        allgather * 1e-12);
     cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_SCATTER, ZC_CODEC_BF16, 4000000), scatter,
                        scatter * 1e-12);
-    /* and the numbers themselves: cring = 2e-3 + 6 (1e-5 + 5e-4) + 3e-4 + 1e-3 */
-    cr_assert_float_eq(cring, 6.36e-3, 1e-15);
+    /* and the numbers themselves: cring = 3e-5 + 2e-3 + 6 (1e-5 + 5e-4) + 3e-4 + 1e-3 */
+    cr_assert_float_eq(cring, 6.39e-3, 1e-15);
+    cr_assert_float_eq(allgather, 6e-5 + 2e-3 + 6e-3 + 4e-3, 1e-15);
 
     /* qsgd-int adds the scale round: 2 (n-1) (L + S/(nW)), S = 4 bytes per bucket of 512 */
     in->enc_bw[ZC_CODEC_QSGD_INT] = E;
@@ -773,6 +780,16 @@ static void init_body(membs_rank_t *r)
     a->status[r->rank] = zc_policy_init(&a->pol[r->rank], &a->cfg, r->bs, r->comm);
 }
 
+/* Whether two ranks' policies are equal but for who logs the decisions (rank 0). */
+static int same_policy(const zc_policy_t *a, const zc_policy_t *b)
+{
+    static zc_policy_t x, y; /* large: not on the stack */
+    memcpy(&x, a, sizeof(x));
+    memcpy(&y, b, sizeof(y));
+    x.log_decisions = y.log_decisions = 0;
+    return memcmp(&x, &y, sizeof(x)) == 0;
+}
+
 /* zc_policy_init on @p size ranks, all with the configuration of @p envp. */
 static void run_init(int size, char *const *envp, init_arg_t *a)
 {
@@ -821,7 +838,8 @@ Test(policy_init, fixed_configuration_measures_nothing)
         cr_assert_eq(p.algo, ZC_ALGO_SCATTER);
         cr_assert_eq(p.params.qsgd.levels, 127);
     }
-    cr_assert_eq(memcmp(&a.pol[0], &a.pol[1], sizeof(a.pol[0])), 0);
+    cr_assert(same_policy(&a.pol[0], &a.pol[1]));
+    cr_assert(a.pol[0].log_decisions && !a.pol[1].log_decisions, "rank 0 logs decisions");
     cr_assert_eq(captured(ZC_LOG_INFO, "nothing measured"), 1, "rank 0 says so, once");
 }
 
@@ -831,8 +849,7 @@ static void assert_agreed(const init_arg_t *a, int size)
     for (int r = 0; r < size; r++) {
         cr_assert_eq(a->status[r], ZC_OK, "rank %d: %s", r, zc_status_string(a->status[r]));
         cr_assert_eq(a->pol[r].measured, 1);
-        cr_assert_eq(memcmp(&a->pol[r], &a->pol[0], sizeof(a->pol[0])), 0,
-                     "rank %d's policy differs from rank 0's", r);
+        cr_assert(same_policy(&a->pol[r], &a->pol[0]), "rank %d's policy differs from rank 0's", r);
     }
     const zc_policy_inputs_t *in = &a->pol[0].in;
     cr_assert(isfinite(in->link_bw) && in->link_bw > 0, "link %g B/s", in->link_bw);
@@ -981,7 +998,7 @@ Test(policy_init, policy_file_is_written_then_read_back_exactly)
     assert_agreed(&file_a, 2);
     cr_assert_eq(captured(ZC_LOG_INFO, "written to ZIPCCL_POLICY_FILE"), 1, "by rank 0 only");
     read_file(path, text, sizeof(text));
-    const char *head = "zipccl policy inputs 1\nranks 2\ncodec qsgd ";
+    const char *head = "zipccl policy inputs 2\nranks 2\ncodec qsgd ";
     cr_assert(strncmp(text, head, strlen(head)) == 0, "%s", text);
     cr_assert(strstr(text, "\ncodec bf16 ") && strstr(text, "\nlink_bw 0x"), "%s", text);
 
@@ -1023,6 +1040,25 @@ Test(policy_init, policy_file_of_another_configuration_is_replaced)
     cr_assert_eq(captured(ZC_LOG_WARN, "another configuration"), 1);
     read_file(path, text, sizeof(text));
     cr_assert(strstr(text, "\nranks 3\n"), "%s", text);
+    unlink(path);
+}
+
+/* A file of version 1 (an 8-byte ping for the latency, no round, no classes) is measured anew. */
+Test(policy_init, policy_file_of_version_1_is_measured_anew)
+{
+    char path[96], var[128], text[1024];
+    policy_file(path, sizeof(path), var, sizeof(var));
+    char *env[] = {"ZIPCCL_CODEC=qsgd", var, NULL};
+
+    write_file(path, "zipccl policy inputs 1\nranks 2\ncodec qsgd 00000000\nlink_bw 0x1p+30\n"
+                     "link_lat 0x1p-17\nadd_bw 0x1p+33\n");
+    run_init(2, env, &file_a);
+    assert_agreed(&file_a, 2);
+    cr_assert_eq(captured(ZC_LOG_WARN, "another configuration"), 1);
+    cr_assert_eq(captured(ZC_LOG_ERROR, "not a zipccl policy file"), 0);
+    read_file(path, text, sizeof(text));
+    cr_assert(strncmp(text, "zipccl policy inputs 2\n", 23) == 0 && strstr(text, "\nround_lat 0x"),
+              "%s", text);
     unlink(path);
 }
 
@@ -1149,4 +1185,178 @@ Test(policy, learned_ratio_auto)
     p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
     cr_assert_neq(p.params.codec, ZC_CODEC_GRADIVEQ, "0.9 loses");
     cr_assert_eq(p.params.codec, zc_policy_choose(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM).params.codec);
+}
+
+/* ---- rounds, classes and the decision log ---- */
+
+/*
+ * Where a round costs milliseconds (ranks sharing cores wait for each other to be scheduled) a
+ * 64 KiB sum is all rounds: the all-gather's one round beats the scatter's two and the ring's
+ * six, for a codec with ZIPCCL_ALGO=auto and for auto. With 50 us rounds, 64 MiB on the same
+ * 1 Gb/s link is all bytes, and the scatter's 2 (n-1)/n payloads beat the all-gather's n-1.
+ */
+Test(policy, rounds_decide_between_allgather_and_scatter)
+{
+    const int codecs[] = {ZC_CODEC_QSGD, ZC_CODEC_TOPK, ZC_CODEC_FP16, ZC_POLICY_CODEC_AUTO};
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(codecs); i++) {
+        zc_policy_t pol = make_policy(4, codecs[i], ZC_POLICY_ALGO_AUTO, 0, 0.125e9, 2e-3);
+        zc_path_t p = zc_policy_choose(&pol, (64 << 10) / 4, ZC_DTYPE_F32, ZC_OP_SUM);
+        cr_assert_eq(p.algo, ZC_ALGO_ALLGATHER, "codec %d at 64 KiB, 2 ms rounds: %s", codecs[i],
+                     zc_algo_name(p.algo));
+        /* all rounds: fewer is cheaper, whatever the bytes */
+        cr_assert_lt(zc_policy_cost(&pol, ZC_ALGO_ALLGATHER, p.params.codec, 64 << 10),
+                     zc_policy_cost(&pol, ZC_ALGO_SCATTER, p.params.codec, 64 << 10));
+        pol = make_policy(4, codecs[i], ZC_POLICY_ALGO_AUTO, 0, 0.125e9, 50e-6);
+        p = zc_policy_choose(&pol, (64 << 20) / 4, ZC_DTYPE_F32, ZC_OP_SUM);
+        cr_assert(p.algo == ZC_ALGO_SCATTER || p.algo == ZC_ALGO_COMPRESSED_RING,
+                  "codec %d at 64 MiB, 50 us rounds: %s", codecs[i], zc_algo_name(p.algo));
+    }
+    /*
+     * What the emulated cluster measured (1 Gb/s, 4 ranks on 2 cores): steps back to back 20 us,
+     * a round 0.8 ms. A step costs at least a third of the round then, and the rings' six
+     * (qsgd-int: twelve) steps lose to the all-gather's round at 64 KiB.
+     */
+    for (int c = ZC_CODEC_QSGD; c <= ZC_CODEC_FP16; c++) {
+        zc_policy_t q = make_policy(4, c, ZC_POLICY_ALGO_AUTO, 0, 0.113e9, 20e-6);
+        q.in.round_lat = 0.8e-3;
+        zc_path_t p = zc_policy_choose(&q, (64 << 10) / 4, ZC_DTYPE_F32, ZC_OP_SUM);
+        cr_assert_eq(p.algo, ZC_ALGO_ALLGATHER, "%s: %s", zc_codec_name((zc_codec_id_t)c),
+                     zc_algo_name(p.algo));
+    }
+    /* and raw at 64 KiB costs its header round (3 messages: 3 steps here) and 2 (n-1) steps */
+    zc_policy_t pol = make_policy(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO, 0, 0.125e9, 2e-3);
+    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE, 64 << 10),
+                       3 * 2e-3 + 6 * (2e-3 + 16384.0 / 0.125e9) + 3 * 16384.0 / 14e9, 1e-12);
+}
+
+static int is_class(double x)
+{
+    double k = log2(x) * 4;
+    return fabs(k - round(k)) < 1e-9;
+}
+
+Test(policy, round_inputs_to_quarter_octaves)
+{
+    zc_policy_t pol = slow_link(4, ZC_POLICY_CODEC_AUTO, ZC_POLICY_ALGO_AUTO);
+    zc_policy_inputs_t in = pol.in;
+    in.link_bw = 1.1e8;
+    zc_policy_round_inputs(&in);
+    cr_assert(is_class(in.link_bw) && is_class(in.link_lat) && is_class(in.add_bw));
+    for (int c = 0; c < ZC_CODEC_COUNT; c++) {
+        cr_assert(is_class(in.enc_bw[c]) && is_class(in.dec_bw[c]) && is_class(in.reduce_bw[c]),
+                  "codec %d", c);
+        cr_assert_eq(in.ratio[c], pol.in.ratio[c], "ratios are not measured timings");
+    }
+    /* the nearest class: 1.1e8 is 2^26.71, 2^(107/4) = 1.13e8 */
+    cr_assert_float_eq(in.link_bw, exp2(107 / 4.0), 1e-6);
+    /* within a class nothing moves; a class centre is a fixed point */
+    zc_policy_inputs_t again = in;
+    zc_policy_round_inputs(&again);
+    cr_assert_eq(memcmp(&again, &in, sizeof(in)), 0);
+}
+
+/* A deterministic uniform draw in [-1, 1] (xorshift64*). */
+static double jitter_draw(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return (double)((*s * 0x2545f4914f6cdd1dull) >> 11) * 0x1p-52 - 1.0;
+}
+
+/* @p in's every timed rate times a factor within 1.08^[-1, 1] (one run's measurement error). */
+static void jitter(zc_policy_inputs_t *in, uint64_t *s)
+{
+    double *rates[3 + 3 * ZC_CODEC_COUNT];
+    size_t k = 0;
+    rates[k++] = &in->link_bw;
+    rates[k++] = &in->link_lat;
+    rates[k++] = &in->add_bw;
+    for (int c = 0; c < ZC_CODEC_COUNT; c++) {
+        rates[k++] = &in->enc_bw[c];
+        rates[k++] = &in->dec_bw[c];
+        rates[k++] = &in->reduce_bw[c];
+    }
+    for (size_t i = 0; i < k; i++)
+        *rates[i] *= pow(1.08, jitter_draw(s));
+}
+
+/* Sizes of a sweep where @p a and @p b take different paths (f32 sums, 4 Ki..256 Mi values). */
+static int sweep_differences(const zc_policy_t *a, const zc_policy_t *b)
+{
+    int diff = 0;
+    for (double n = 4096; n <= (double)(1 << 28); n *= 1.0219) { /* 2^(1/32) */
+        zc_path_t p = zc_policy_choose(a, (size_t)n, ZC_DTYPE_F32, ZC_OP_SUM);
+        zc_path_t q = zc_policy_choose(b, (size_t)n, ZC_DTYPE_F32, ZC_OP_SUM);
+        diff += memcmp(&p, &q, sizeof(p)) != 0;
+    }
+    return diff;
+}
+
+/*
+ * Two runs on the same cluster measure within 8% of each other (a rate of either run is within
+ * 1.08x of the truth), the truth being a class centre here: with the rates rounded to classes
+ * every run takes the same path at every size, on clusters from 100 Mb/s with millisecond
+ * rounds to 5 Gb/s with 50 us ones, for auto and for each codec with ZIPCCL_ALGO=auto. The same
+ * runs without the rounding (what the model did before) differ at some sizes: the test would
+ * fail without it.
+ */
+Test(policy, runs_on_one_cluster_take_the_same_paths)
+{
+    const double clusters[][2] = {{12.5e6, 4e-3}, {125e6, 2e-3}, {125e6, 50e-6}, {625e6, 1e-3}};
+    const int codecs[] = {ZC_POLICY_CODEC_AUTO, ZC_CODEC_QSGD, ZC_CODEC_TOPK, ZC_CODEC_FP16,
+                          ZC_CODEC_BF16};
+    int unrounded_diff = 0;
+    uint64_t s = 0x5eed;
+
+    for (size_t k = 0; k < ZC_ARRAY_SIZE(clusters); k++) {
+        for (size_t i = 0; i < ZC_ARRAY_SIZE(codecs); i++) {
+            zc_policy_t truth =
+                make_policy(4, codecs[i], ZC_POLICY_ALGO_AUTO, 0, clusters[k][0], clusters[k][1]);
+            zc_policy_round_inputs(&truth.in);
+            for (int run = 0; run < 4; run++) {
+                zc_policy_t measured = truth;
+                jitter(&measured.in, &s);
+                zc_policy_t rounded = measured;
+                zc_policy_round_inputs(&rounded.in);
+                cr_assert_eq(sweep_differences(&truth, &rounded), 0,
+                             "cluster %zu, codec %d, run %d: a path differs", k, codecs[i], run);
+                unrounded_diff += sweep_differences(&truth, &measured);
+            }
+        }
+    }
+    cr_assert_gt(unrounded_diff, 0, "without classes some run would take another path");
+}
+
+Test(policy, decision_changes_are_logged_once)
+{
+    zc_policy_t pol = slow_link(4, ZC_CODEC_GRADIVEQ, ZC_POLICY_ALGO_AUTO);
+    const size_t n = (size_t)16 << 20;
+    double learned[ZC_CODEC_COUNT] = {0};
+
+    zc_path_t p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
+    zc_policy_note(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &p, learned);
+    cr_assert_eq(captured(ZC_LOG_INFO, "sums go"), 0, "only rank 0 logs (log_decisions)");
+
+    pol.log_decisions = 1;
+    for (int i = 0; i < 3; i++)
+        zc_policy_note(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &p, learned);
+    cr_assert_eq(captured(ZC_LOG_INFO, "sums go"), 1);
+    cr_assert_not_null(
+        captured_msg(ZC_LOG_INFO, "16777216 x f32 sums go ring/gradiveq (first call)"));
+
+    /* the tensor learns a ratio of 4: raw from now on, said once, with why */
+    learned[ZC_CODEC_GRADIVEQ] = 4.0;
+    p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
+    for (int i = 0; i < 3; i++)
+        zc_policy_note(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &p, learned);
+    cr_assert_eq(captured(ZC_LOG_INFO, "sums go"), 2);
+    const char *msg = captured_msg(ZC_LOG_INFO, "sums go raw (was ring/gradiveq)");
+    cr_assert_not_null(msg);
+    cr_assert(strstr(msg, "modelled") && strstr(msg, "raw ring"), "%s", msg);
+
+    /* another size is its own line; ineligible calls (integers) are not decisions */
+    zc_policy_note(&pol, n / 2, ZC_DTYPE_F32, ZC_OP_SUM, &p, learned);
+    zc_policy_note(&pol, n, ZC_DTYPE_I32, ZC_OP_SUM, &p, learned);
+    cr_assert_eq(captured(ZC_LOG_INFO, "sums go"), 3);
 }
