@@ -148,7 +148,8 @@ def main():
         print(f'# {tag}: {METHODS[m][0]} ({ranks} ranks, load average {load[0]:.1f})',
               flush=True)
         with open(os.path.join(out, f'{tag}-{m}.log'), 'w') as log:
-            p = run_cluster(args, argv, log, args.port + 7 * k) if cl else run_local(args, argv, log)
+            p = run_cluster(args, argv, log, args.port + 7 * k) if cl else \
+                run_local(args, argv, log)
         if p.returncode != 0 or not os.path.exists(js):
             failed.append(m)
             print(f'# {m} failed (exit status {p.returncode}): {out}/{tag}-{m}.log', flush=True)
