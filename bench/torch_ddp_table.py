@@ -11,7 +11,9 @@ Each method is one training of the same model from the same seed on the same dat
 table gives the final test accuracy, the bytes one rank sent in gradient all-reduces (the
 example's "sent", see its docstring) and the seconds per epoch of training, each also as a
 ratio to gloo's of the same run (the machine is shared: ratios say more than the absolute
-times). JSON of every run and the table (table.md) go to --out.
+times), and the CPU seconds per epoch of all ranks' threads together, under the machine's
+1-minute load average at the start and end of each training. JSON of every run and the table
+(<tag>-table.md) go to --out.
 
 Local (default): the N ranks on this machine under `python3 -m zipccl.torchrun --standalone`,
 over loopback. Emulated cluster: under bench/cluster/cluster.sh --exec (root), which sets up
@@ -49,6 +51,12 @@ METHODS = {
     'fp16z': ('zipccl hook, fp16', ['--hook', 'zipccl', '--codec', 'fp16']),
     'auto': ('zipccl hook, auto', ['--hook', 'zipccl', '--codec', 'auto']),
 }
+
+
+def loadavg():
+    """The machine's 1-minute load average (what else ran beside the ranks)."""
+    with open('/proc/loadavg') as f:
+        return float(f.read().split()[0])
 
 
 def cluster():
@@ -92,14 +100,16 @@ def run_cluster(args, argv, log, port):
 def table(rows, title):
     base = rows.get('gloo')
     lines = [title, '',
-             '| method | test accuracy | MB sent per rank | vs gloo | s per epoch | vs gloo |',
-             '|---|---|---|---|---|---|']
+             '| method | test accuracy | MB sent per rank | vs gloo | s per epoch | vs gloo | '
+             'CPU s per epoch |',
+             '|---|---|---|---|---|---|---|']
     for key, r in rows.items():
         mb = r['bytes_per_rank'] / 1e6
         vs_b = f'{r["bytes_per_rank"] / base["bytes_per_rank"]:.3f}' if base else '-'
         vs_t = f'{r["seconds_per_epoch"] / base["seconds_per_epoch"]:.2f}' if base else '-'
         lines.append(f'| {METHODS[key][0]} | {r["accuracy"]:.4f} | {mb:.1f} | {vs_b} | '
-                     f'{r["seconds_per_epoch"]:.2f} | {vs_t} |')
+                     f'{r["seconds_per_epoch"]:.2f} | {vs_t} | '
+                     f'{r.get("cpu_seconds_per_epoch", float("nan")):.1f} |')
     return '\n'.join(lines)
 
 
@@ -113,6 +123,8 @@ def main():
     ap.add_argument('--methods', default='gloo,fp16,powersgd,qsgd8,qsgd4,topk,zpowersgd',
                     help='comma-separated: ' + ', '.join(METHODS))
     ap.add_argument('--deadline', type=float, default=1200, help='seconds per training')
+    ap.add_argument('--port', type=int, default=29500,
+                    help='cluster: MASTER_PORT of the first method (then + 7 per method)')
     ap.add_argument('--out', default=None, help='folder for the JSON, logs and table.md')
     args = ap.parse_args()
     methods = args.methods.split(',')
@@ -132,9 +144,12 @@ def main():
         if os.path.exists(js):
             os.unlink(js)
         argv = common + METHODS[m][1] + ['--json', js]
-        print(f'# {tag}: {METHODS[m][0]} ({ranks} ranks)', flush=True)
+        load = [loadavg()]
+        print(f'# {tag}: {METHODS[m][0]} ({ranks} ranks, load average {load[0]:.1f})',
+              flush=True)
         with open(os.path.join(out, f'{tag}-{m}.log'), 'w') as log:
-            p = run_cluster(args, argv, log, 29500 + 7 * k) if cl else run_local(args, argv, log)
+            p = run_cluster(args, argv, log, args.port + 7 * k) if cl else \
+                run_local(args, argv, log)
         if p.returncode != 0 or not os.path.exists(js):
             failed.append(m)
             print(f'# {m} failed (exit status {p.returncode}): {out}/{tag}-{m}.log', flush=True)
@@ -142,14 +157,22 @@ def main():
         with open(js) as f:
             rows[m] = json.load(f)
         r = rows[m]
+        load.append(loadavg())
+        r['load_average'] = load
         print(f'#   accuracy {r["accuracy"]:.4f}, {r["bytes_per_rank"]} bytes per rank, '
-              f'{r["seconds_per_epoch"]:.2f} s per epoch', flush=True)
+              f'{r["seconds_per_epoch"]:.2f} s per epoch, '
+              f'{r.get("cpu_seconds_per_epoch", float("nan")):.1f} CPU s per epoch, '
+              f'load average {load[0]:.1f} -> {load[1]:.1f}', flush=True)
     where = f'emulated cluster, {ranks} hosts at {cl[3]}' if cl else \
         f'{ranks} local ranks, loopback'
     title = (f'examples/torch_ddp_fmnist.py, {where}: {args.epochs} epochs of the first '
              f'{args.train_limit or 60000} training images, batch {args.batch}, test on '
              f'{args.test_limit or 10000} images')
     text = table(rows, title)
+    if rows:
+        text += '\n\nLoad average (1 minute) at the start and end of each training: ' + \
+            ', '.join(f'{k} {r["load_average"][0]:.1f}-{r["load_average"][1]:.1f}'
+                      for k, r in rows.items()) + f' ({os.cpu_count()} CPUs).'
     print(text)
     with open(os.path.join(out, f'{tag}-table.md'), 'w') as f:
         f.write(text + '\n')

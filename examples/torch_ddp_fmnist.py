@@ -21,7 +21,9 @@ accuracy and seconds of each epoch, then one line:
 included, zc_comm_stats) for zipccl; for gloo and PyTorch's hooks, the bytes handed to each
 all-reduce times 2 (N - 1) / N, what a ring all-reduce (gloo's for large tensors, and zipccl's
 uncompressed one) sends per rank. The seconds per epoch are the training loop's (no test), the
-slowest rank's. At the end the ranks' parameters must be identical (every all-reduce gives
+slowest rank's; the CPU seconds per epoch (--json only) are those of every thread of every rank
+in the training loop, summed (time.process_time: compute, gloo's threads, zipccl's progress and
+waiter threads). At the end the ranks' parameters must be identical (every all-reduce gives
 every rank the same result); the program fails otherwise. --json F writes the final figures.
 """
 import argparse
@@ -45,11 +47,12 @@ class Counting:
 
     def __init__(self):
         self.bytes = 0
-        self.enabled = False
+        self.enabled = False  # set by setup_hook for PyTorch's hooks
+        self.paused = False  # the example's own all-reduces (times, test accuracy)
         self._real = dist.all_reduce
 
     def __call__(self, tensor, *args, **kw):
-        if self.enabled:
+        if self.enabled and not self.paused:
             self.bytes += tensor.numel() * tensor.element_size()
         return self._real(tensor, *args, **kw)
 
@@ -132,7 +135,8 @@ def main():
     x_test, y_test = (torch.from_numpy(a) for a in load(args.data, 'test', args.test_limit))
     torch.manual_seed(args.seed)  # the same model on every rank (DDP broadcasts rank 0's too)
     model = torch.nn.parallel.DistributedDataParallel(mlp())
-    sent = setup_hook(args, model, Counting())
+    counting = Counting()
+    sent = setup_hook(args, model, counting)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     order_gen = torch.Generator().manual_seed(args.seed)
     lo, hi = rank * args.batch // n, (rank + 1) * args.batch // n
@@ -143,11 +147,11 @@ def main():
         print(f'torch_ddp_fmnist: {n} ranks, {what}, {len(x_train)} training and '
               f'{len(x_test)} test images, {sum(p.numel() for p in model.parameters())} '
               f'parameters, batch {args.batch}, {args.epochs} epochs', flush=True)
-    accuracy, train_s, steps = 0.0, 0.0, 0
+    accuracy, train_s, cpu_s, steps = 0.0, 0.0, 0.0, 0
     for epoch in range(1, args.epochs + 1):
         order = torch.randperm(len(x_train), generator=order_gen)
         dist.barrier()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         model.train()
         for b in range(steps_per_epoch):
             idx = order[b * args.batch:(b + 1) * args.batch][lo:hi]
@@ -157,10 +161,15 @@ def main():
             opt.step()
             steps += 1
         elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        cpu = torch.tensor([time.process_time() - cpu_start], dtype=torch.float64)
+        counting.paused = True
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        dist.all_reduce(cpu)
         train_s += float(elapsed)
+        cpu_s += float(cpu)
         model.eval()
         accuracy = evaluate(model, x_test, y_test)
+        counting.paused = False
         if rank == 0:
             print(f'epoch {epoch}: test accuracy {accuracy:.4f}, {float(elapsed):.2f} s',
                   flush=True)
@@ -186,6 +195,7 @@ def main():
             with open(args.json, 'w') as f:
                 json.dump({'hook': args.hook, 'what': what, 'ranks': n, 'accuracy': accuracy,
                            'bytes_per_rank': nbytes, 'seconds_per_epoch': per_epoch,
+                           'cpu_seconds_per_epoch': cpu_s / max(args.epochs, 1),
                            'epochs': args.epochs, 'steps': steps, 'zipccl_stats': stats}, f)
     dist.destroy_process_group()
 
