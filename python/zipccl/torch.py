@@ -8,8 +8,8 @@ communication hook that all-reduces each gradient bucket through zipccl.
     state.stats()['bytes_wire']; state.close()
 
 The hook hands the bucket's flat buffer to zc_iallreduce (op avg: DDP expects the mean) under the
-key bucket.index() + 1, so stateful codecs (top-k and QSGD error feedback, GradiVeQ bases) keep
-one state per bucket. With codec powersgd, which views a call as a matrix, it makes one call per
+a key per bucket index and layout (BucketKeys), so stateful codecs (top-k and QSGD error
+feedback, GradiVeQ bases) keep one state per bucket. With codec powersgd, which views a call as a matrix, it makes one call per
 gradient tensor of the bucket instead (tensor_layout: each weight as its own matrix, its state
 keyed by bucket and tensor), as PyTorch's powerSGD_hook compresses each tensor. It returns a
 torch.futures.Future that a waiter thread completes when the calls are done: backward goes on
@@ -62,6 +62,32 @@ def communicator(group=None, settings=None, **kw):
     return Communicator.from_bootstrap(rank, size, allgather, broadcast, barrier, settings, **kw)
 
 
+class BucketKeys:
+    """The key of a DDP bucket's zipccl state, keys(bucket): bucket.index() + 1 for the first
+    layout seen under that index, and (g << 20) | (bucket.index() + 1) for the g-th other layout
+    (other parameters, or the same in another order). DDP rebuilds its buckets after the first
+    iteration; a bucket that keeps its index and size but holds other parameters must not
+    inherit their residual or basis. Parameters are numbered in the order first seen, which is
+    the same on every rank (DDP reduces buckets in index order), so every rank computes the same
+    keys.
+    """
+
+    def __init__(self):
+        self._number = {}  # a parameter's storage address -> its number
+        self._keys = {}  # (bucket index, its parameters' numbers) -> key
+
+    def __call__(self, bucket):
+        numbers = tuple(self._number.setdefault(p.data_ptr(), len(self._number))
+                        for p in bucket.parameters())
+        index = bucket.index()
+        key = self._keys.get((index, numbers))
+        if key is None:
+            generation = sum(1 for i, _ in self._keys if i == index)
+            key = generation << 20 | (index + 1)
+            self._keys[(index, numbers)] = key
+        return key
+
+
 class HookState:
     """The state of comm_hook: a zipccl communicator with a progress thread and the waiter
     thread that completes the hook's futures.
@@ -92,6 +118,7 @@ class HookState:
         # codecs that view a call as a matrix: one call per tensor of the bucket
         self.per_tensor = comm.setting('codec') == 'powersgd'
         self.powersgd_rank = int(comm.setting('powersgd_rank')) if self.per_tensor else 0
+        self.bucket_key = BucketKeys()
         self._queue = queue.Queue()
         self._thread = threading.Thread(target=self._complete, name='zipccl-hook', daemon=True)
         self._thread.start()
@@ -125,15 +152,15 @@ class HookState:
 
     def allreduce_bucket_future(self, bucket):
         """Starts the average of each gradient tensor of @bucket over the ranks, one call per
-        tensor in tensor_layout's layout under the key (bucket.index() + 1) << 32 | (i + 1) (i:
+        tensor in tensor_layout's layout under the key bucket_key(bucket) << 32 | (i + 1) (i:
         the tensor's place in the bucket); a Future of bucket.buffer(), which holds the results
         once it completes."""
         buffer = bucket.buffer()
         grads = bucket.gradients()
         if sum(g.numel() for g in grads) != buffer.numel():  # not back to back: one call
-            return self.allreduce_future(buffer, bucket.index() + 1)
+            return self.allreduce_future(buffer, self.bucket_key(bucket))
         future = torch.futures.Future()
-        base = (bucket.index() + 1) << 32
+        base = self.bucket_key(bucket) << 32
         requests, back = [], []
         try:
             offset = 0
@@ -248,13 +275,14 @@ def comm_hook(state, bucket):
     """DDP communication hook: the bucket's gradients averaged over the ranks by zipccl.
 
     register with ddp_model.register_comm_hook(state, comm_hook), state a HookState. Key:
-    bucket.index() + 1 (0 is zipccl's "no key"). After DDP rebuilds its buckets (after the first
-    iteration) an index may name a bucket of another size: zipccl then starts its state afresh.
-    With codec powersgd, one call per gradient tensor of the bucket (allreduce_bucket_future).
+    state.bucket_key(bucket), one per bucket index and layout (0 is zipccl's "no key"): after
+    DDP rebuilds its buckets (after the first iteration) a bucket under an old index with other
+    parameters starts its state afresh. With codec powersgd, one call per gradient tensor of the
+    bucket (allreduce_bucket_future).
     """
     if state.per_tensor:
         return state.allreduce_bucket_future(bucket)
-    return state.allreduce_future(bucket.buffer(), bucket.index() + 1)
+    return state.allreduce_future(bucket.buffer(), state.bucket_key(bucket))
 
 
 def register(model, process_group=None, settings=None, **kw):

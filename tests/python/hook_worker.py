@@ -43,6 +43,10 @@ and checks its outputs against the exact average, in float64:
     back to rounding (relative error < 1e-3, every tensor of every step). A bucket compressed
     as one matrix, or a weight viewed in another shape (the codec's own view of 256 x 784
     values is 448 x 448, whose rows straddle the weight's), is far from exact;
+  - zipccl.torch.BucketKeys (before the codecs): one key per bucket index and layout: a bucket
+    that keeps its index and size but holds its parameters in another order (what DDP's rebuild
+    makes of a model that fits one bucket) gets a new key, the same layout its old key again,
+    and another rank's tensors seen in the same order the same keys;
   - zipccl.torch.tensor_layout (before the codecs): the layouts of docs/python.md's examples,
     and for 400 random shapes that the codec's view (a copy of zc_powersgd_shape) of the
     padded count is exactly the padded matrix, holding the tensor, of at most twice its count;
@@ -137,6 +141,32 @@ def codec_bound(name, n, ins, exact):
         err = (n + 2) * U32 * s_abs
     err = err + gamma(n - 1, U64) * s_abs
     return err / n + 2 * U32 * (exact.abs() + err / n) + 2.0 ** -149
+
+
+class FakeBucket:
+    def __init__(self, index, params):
+        self._index, self._params = index, params
+
+    def index(self):
+        return self._index
+
+    def parameters(self):
+        return self._params
+
+
+def check_bucket_keys():
+    def keys_of(params):
+        a, b, c = params
+        keys = zt.BucketKeys()
+        return [keys(FakeBucket(0, [a, b, c])), keys(FakeBucket(0, [a, b, c])),
+                keys(FakeBucket(0, [c, b, a])), keys(FakeBucket(1, [a])),
+                keys(FakeBucket(0, [c, b, a])), keys(FakeBucket(0, [b, a, c])),
+                keys(FakeBucket(0, [a, b, c]))]
+    mine = keys_of([torch.zeros(3), torch.zeros(4), torch.zeros(5)])
+    want = [1, 1, 1 << 20 | 1, 2, 1 << 20 | 1, 2 << 20 | 1, 1]
+    check(mine == want, f'BucketKeys: {mine}, expected {want}')
+    other = keys_of([torch.ones(3), torch.ones(4), torch.ones(5)])  # another rank's storage
+    check(other == mine, f'BucketKeys on other tensors: {other}, expected {mine}')
 
 
 def check_layouts():
@@ -301,6 +331,7 @@ def main():
             sys.exit(f'unknown codec {name} (one of {", ".join(CODECS)})')
     dist.init_process_group('gloo')
     rank, n = dist.get_rank(), dist.get_world_size()
+    check_bucket_keys()
     check_layouts()
     for name in names:
         run_codec(name, rank, n)
