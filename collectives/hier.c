@@ -505,104 +505,109 @@ static zc_status_t wait_slots(zc_coll_op_t *op, hier_op_t *ho, int consumed, uin
     return zc_coll_blame(op, h->local_ranks[behind], ZC_ERR_TIMEOUT);
 }
 
-/* One reduce-scatter round as far as it goes: ZC_OK when round ho->k is complete. */
-static zc_status_t scatter_round(zc_coll_op_t *op, hier_op_t *ho)
+/*
+ * Round @p g as far as it goes: once every rank consumed round g - 2, @p write
+ * fills this rank's buffer g % 2 and the round is published; once every rank
+ * published it, @p read takes what it needs from every slot's buffer g % 2.
+ * ZC_OK when the round is complete here.
+ */
+static zc_status_t shm_round(zc_coll_op_t *op, hier_op_t *ho, uint64_t g,
+                             void (*write)(zc_coll_op_t *, hier_op_t *, unsigned char *),
+                             void (*read)(zc_coll_op_t *, hier_op_t *, int))
+{
+    zc_hier_t *h = ho->h;
+    zc_shm_slot_t *mine = zc_shm_slot(h->shm, h->local_rank);
+    zc_status_t status;
+
+    if (!ho->wrote) {
+        if ((status = wait_slots(op, ho, 1, g > 0 ? g - 1 : 0)) != ZC_OK)
+            return status;
+        write(op, ho, zc_shm_buf(h->shm, h->local_rank, (int)(g % 2)));
+        atomic_store_explicit(&mine->written, g + 1, memory_order_release);
+        ho->wrote = 1;
+    }
+    if ((status = wait_slots(op, ho, 0, g + 1)) != ZC_OK)
+        return status;
+    uint64_t t = zc_time_ns();
+    read(op, ho, (int)(g % 2));
+    zc_coll_account(&op->stats.decode_ns, t);
+    atomic_store_explicit(&mine->consumed, g + 1, memory_order_release);
+    ho->wrote = 0;
+    return ZC_OK;
+}
+
+/* Reduce-scatter, round ho->k: piece k of every shard into this rank's slot. */
+static void scatter_write(zc_coll_op_t *op, hier_op_t *ho, unsigned char *buf)
+{
+    const size_t piece_bytes = ho->piece * ho->esize;
+    uint64_t t = zc_time_ns();
+    for (int s = 0; s < ho->h->local_size; s++) {
+        size_t n = piece_len(ho, s, ho->k, ho->piece);
+        if (n)
+            memcpy(buf + (size_t)s * piece_bytes,
+                   (const unsigned char *)op->sendbuf +
+                       (ho->off[s] + (size_t)ho->k * ho->piece) * ho->esize,
+                   n * ho->esize);
+    }
+    zc_coll_account(&op->stats.encode_ns, t);
+}
+
+/* Reduce-scatter, round ho->k: this rank's shard's pieces summed in slot order. */
+static void scatter_read(zc_coll_op_t *op, hier_op_t *ho, int which)
 {
     zc_hier_t *h = ho->h;
     const int L = h->local_size, me = h->local_rank;
-    const uint64_t g = h->round + ho->k;
-    const size_t piece_bytes = ho->piece * ho->esize;
-
-    if (!ho->wrote) {
-        zc_status_t status = wait_slots(op, ho, 1, g > 0 ? g - 1 : 0);
-        if (status != ZC_OK)
-            return status;
-        unsigned char *buf = zc_shm_buf(h->shm, me, (int)(g % 2));
-        uint64_t t = zc_time_ns();
-        for (int s = 0; s < L; s++) {
-            size_t n = piece_len(ho, s, ho->k, ho->piece);
-            if (n)
-                memcpy(buf + (size_t)s * piece_bytes,
-                       (const unsigned char *)op->sendbuf +
-                           (ho->off[s] + (size_t)ho->k * ho->piece) * ho->esize,
-                       n * ho->esize);
-        }
-        zc_coll_account(&op->stats.encode_ns, t);
-        atomic_store_explicit(&zc_shm_slot(h->shm, me)->written, g + 1, memory_order_release);
-        ho->wrote = 1;
-    }
-    zc_status_t status = wait_slots(op, ho, 0, g + 1);
-    if (status != ZC_OK)
-        return status;
+    const size_t at = (size_t)me * ho->piece * ho->esize;
     size_t n = piece_len(ho, me, ho->k, ho->piece);
-    if (n && ho->widen) {
+    if (!n)
+        return;
+    if (ho->widen) {
         /* in f32, in slot order; f32 input is copied and added exactly as the flat paths do */
         float *acc = ho->acc + (size_t)ho->k * ho->piece;
-        uint64_t t = zc_time_ns();
         for (int s = 0; s < L; s++) {
-            const void *src =
-                (unsigned char *)zc_shm_buf(h->shm, s, (int)(g % 2)) + (size_t)me * piece_bytes;
+            const void *src = (unsigned char *)zc_shm_buf(h->shm, s, which) + at;
             if (s == 0)
                 zc_dtype_to_f32(op->dtype, src, n, acc);
             else
                 zc_dtype_add_f32(op->dtype, src, n, acc);
         }
-        zc_coll_account(&op->stats.decode_ns, t);
-    } else if (n) {
-        unsigned char *dst =
-            (unsigned char *)op->recvbuf + (ho->off[me] + (size_t)ho->k * ho->piece) * ho->esize;
-        const size_t at = (size_t)me * piece_bytes;
-        const zc_redop_t rop = op->op == ZC_OP_AVG ? ZC_OP_SUM : op->op;
-        uint64_t t = zc_time_ns();
-        const unsigned char *first = (unsigned char *)zc_shm_buf(h->shm, 0, (int)(g % 2)) + at;
-        if (L == 1)
-            memcpy(dst, first, n * ho->esize);
-        else
-            zc_reduce_apply3(op->dtype, rop, dst, first,
-                             (unsigned char *)zc_shm_buf(h->shm, 1, (int)(g % 2)) + at, n);
-        for (int s = 2; s < L; s++)
-            zc_reduce_apply(op->dtype, rop, dst,
-                            (unsigned char *)zc_shm_buf(h->shm, s, (int)(g % 2)) + at, n);
-        zc_coll_account(&op->stats.decode_ns, t);
+        return;
     }
-    atomic_store_explicit(&zc_shm_slot(h->shm, me)->consumed, g + 1, memory_order_release);
-    ho->wrote = 0;
-    return ZC_OK;
+    unsigned char *dst =
+        (unsigned char *)op->recvbuf + (ho->off[me] + (size_t)ho->k * ho->piece) * ho->esize;
+    const zc_redop_t rop = op->op == ZC_OP_AVG ? ZC_OP_SUM : op->op;
+    const unsigned char *first = (unsigned char *)zc_shm_buf(h->shm, 0, which) + at;
+    if (L == 1)
+        memcpy(dst, first, n * ho->esize);
+    else
+        zc_reduce_apply3(op->dtype, rop, dst, first,
+                         (unsigned char *)zc_shm_buf(h->shm, 1, which) + at, n);
+    for (int s = 2; s < L; s++)
+        zc_reduce_apply(op->dtype, rop, dst, (unsigned char *)zc_shm_buf(h->shm, s, which) + at, n);
 }
 
-/* One all-gather round as far as it goes: ZC_OK when round ho->k is complete. */
-static zc_status_t gather_round(zc_coll_op_t *op, hier_op_t *ho)
+/* All-gather, round ho->k: piece k of this rank's (final) shard into its slot. */
+static void gather_write(zc_coll_op_t *op, hier_op_t *ho, unsigned char *buf)
 {
-    zc_hier_t *h = ho->h;
-    const int me = h->local_rank;
-    const uint64_t g = h->round + ho->rs_rounds + ho->k;
-    unsigned char *recv = op->recvbuf;
+    const int me = ho->h->local_rank;
+    size_t n = piece_len(ho, me, ho->k, ho->gpiece);
+    if (n)
+        memcpy(buf,
+               (unsigned char *)op->recvbuf +
+                   (ho->off[me] + (size_t)ho->k * ho->gpiece) * ho->esize,
+               n * ho->esize);
+}
 
-    if (!ho->wrote) {
-        zc_status_t status = wait_slots(op, ho, 1, g - 1);
-        if (status != ZC_OK)
-            return status;
-        size_t n = piece_len(ho, me, ho->k, ho->gpiece);
-        if (n)
-            memcpy(zc_shm_buf(h->shm, me, (int)(g % 2)),
-                   recv + (ho->off[me] + (size_t)ho->k * ho->gpiece) * ho->esize, n * ho->esize);
-        atomic_store_explicit(&zc_shm_slot(h->shm, me)->written, g + 1, memory_order_release);
-        ho->wrote = 1;
-    }
-    zc_status_t status = wait_slots(op, ho, 0, g + 1);
-    if (status != ZC_OK)
-        return status;
-    uint64_t t = zc_time_ns();
-    for (int s = 0; s < h->local_size; s++) {
+/* All-gather, round ho->k: piece k of every other shard into recvbuf. */
+static void gather_read(zc_coll_op_t *op, hier_op_t *ho, int which)
+{
+    for (int s = 0; s < ho->h->local_size; s++) {
         size_t n = piece_len(ho, s, ho->k, ho->gpiece);
-        if (s != me && n)
-            memcpy(recv + (ho->off[s] + (size_t)ho->k * ho->gpiece) * ho->esize,
-                   zc_shm_buf(h->shm, s, (int)(g % 2)), n * ho->esize);
+        if (s != ho->h->local_rank && n)
+            memcpy((unsigned char *)op->recvbuf +
+                       (ho->off[s] + (size_t)ho->k * ho->gpiece) * ho->esize,
+                   zc_shm_buf(ho->h->shm, s, which), n * ho->esize);
     }
-    zc_coll_account(&op->stats.decode_ns, t);
-    atomic_store_explicit(&zc_shm_slot(h->shm, me)->consumed, g + 1, memory_order_release);
-    ho->wrote = 0;
-    return ZC_OK;
 }
 
 /* The inter-host all-reduce of this rank's shard, in place, on the communicator between hosts. */
@@ -679,7 +684,7 @@ static zc_status_t hier_progress(zc_coll_op_t *op)
                 ho->k = 0;
                 break;
             }
-            status = scatter_round(op, ho);
+            status = shm_round(op, ho, ho->h->round + ho->k, scatter_write, scatter_read);
             ho->k += status == ZC_OK;
             break;
         case STEP_CROSS:
@@ -696,7 +701,8 @@ static zc_status_t hier_progress(zc_coll_op_t *op)
                 ho->step = STEP_DONE;
                 break;
             }
-            status = gather_round(op, ho);
+            status =
+                shm_round(op, ho, ho->h->round + ho->rs_rounds + ho->k, gather_write, gather_read);
             ho->k += status == ZC_OK;
             break;
         }

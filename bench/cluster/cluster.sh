@@ -102,20 +102,18 @@ if [ "$(id -u)" -ne 0 ]; then
         "run it with sudo" >&2
     exit 77
 fi
-case "$hosts" in
-'' | *[!0-9]*) echo "cluster.sh: --hosts must be a number, not '$hosts'" >&2; exit 2 ;;
-esac
-if [ "$hosts" -lt 2 ] || [ "$hosts" -gt 64 ]; then
-    echo "cluster.sh: --hosts must be 2..64" >&2
-    exit 2
-fi
-case "$ranks_per_host" in
-'' | *[!0-9]*) echo "cluster.sh: --ranks-per-host must be a number, not '$ranks_per_host'" >&2; exit 2 ;;
-esac
-if [ "$ranks_per_host" -lt 1 ] || [ "$ranks_per_host" -gt 16 ]; then
-    echo "cluster.sh: --ranks-per-host must be 1..16" >&2
-    exit 2
-fi
+# check_range OPTION VALUE MIN MAX: exits 2 unless VALUE is a number in MIN..MAX
+check_range() {
+    case "$2" in
+    '' | *[!0-9]*) echo "cluster.sh: $1 must be a number, not '$2'" >&2; exit 2 ;;
+    esac
+    if [ "$2" -lt "$3" ] || [ "$2" -gt "$4" ]; then
+        echo "cluster.sh: $1 must be $3..$4" >&2
+        exit 2
+    fi
+}
+check_range --hosts "$hosts" 2 64
+check_range --ranks-per-host "$ranks_per_host" 1 16
 nranks=$((hosts * ranks_per_host))
 btls="tcp,self"
 [ "$ranks_per_host" -gt 1 ] && btls="tcp,self,vader"
