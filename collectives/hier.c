@@ -488,7 +488,11 @@ static zc_status_t wait_slots(zc_coll_op_t *op, hier_op_t *ho, int consumed, uin
     if (now - ho->liveness_ns > LIVENESS_PERIOD_NS) {
         ho->liveness_ns = now;
         for (int s = 0; s < h->local_size; s++) {
-            if (s == h->local_rank || zc_shm_peer_alive(h->shm, s))
+            /* only the peers waited for: one that finished and left is no failure */
+            zc_shm_slot_t *slot = zc_shm_slot(h->shm, s);
+            uint64_t v = atomic_load_explicit(consumed ? &slot->consumed : &slot->written,
+                                              memory_order_acquire);
+            if (s == h->local_rank || v >= target || zc_shm_peer_alive(h->shm, s))
                 continue;
             ZC_ERROR("rank %d: %s: lost rank %d (local rank %d of this host): it left the "
                      "host's shared memory in the %s",
