@@ -56,26 +56,31 @@ static inline void *shared_map(size_t len)
  * ZIPCCL_TOPOLOGY=hierarchical as hosts of HIER_RANKS_PER_HOST ranks each, told apart by
  * ZIPCCL_HOST_ID (hier_set_host in each rank, before zc_comm_init). A run of fewer than two
  * such hosts, or whose rank count they do not divide, runs one rank per host (flat).
+ * "hier-onehost-": every rank of a run of two or more on one host (shared memory only).
  * Returns the name without the prefix.
  */
 #define HIER_RANKS_PER_HOST 2
 static inline const char *hier_case(const char *name)
 {
-    if (strncmp(name, "hier-", 5) != 0)
+    int onehost = strncmp(name, "hier-onehost-", 13) == 0;
+    if (!onehost && strncmp(name, "hier-", 5) != 0)
         return name;
     setenv("ZIPCCL_TOPOLOGY", "hierarchical", 1);
-    setenv("ZC_TEST_HIER", "1", 1);
-    return name + 5;
+    setenv("ZC_TEST_HIER", onehost ? "onehost" : "hosts", 1);
+    return name + (onehost ? 13 : 5);
 }
 
 static inline void hier_set_host(int rank, int size)
 {
     char id[32];
-    if (!getenv("ZC_TEST_HIER"))
+    const char *mode = getenv("ZC_TEST_HIER");
+    if (!mode)
         return;
     int per = size >= 2 * HIER_RANKS_PER_HOST && size % HIER_RANKS_PER_HOST == 0
                   ? HIER_RANKS_PER_HOST
                   : 1;
+    if (strcmp(mode, "onehost") == 0)
+        per = size;
     snprintf(id, sizeof(id), "test-host-%d", rank / per);
     setenv("ZIPCCL_HOST_ID", id, 1);
 }

@@ -19,6 +19,7 @@
  *
  *   hier-CASE           CASE with ZIPCCL_TOPOLOGY=hierarchical, ranks 0-1 and 2-3 as two hosts
  *                       (rank_check.h): rank 2's local peer finds it through shared memory
+ *   hier-onehost-CASE   the same with the 4 ranks on one host
  *
  * ALGO: ring (raw, ZIPCCL_CODEC=none), cring (fp16 on the compressed ring), allgather and
  * scatter (qsgd). Usage: test_failures CASE; exit 0 when the case passed.
