@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bytes of each of a slot's two buffers: rounds of 1 MiB amortize the synchronisation. */
-#define HIER_BUF_BYTES ((size_t)1 << 20)
+/* Bytes of each of a slot's two buffers: rounds of 4 MiB amortize the synchronisation. */
+#define HIER_BUF_BYTES ((size_t)4 << 20)
 /* Shard boundaries fall on multiples of this many values (QSGD buckets, 256-byte alignment). */
 #define HIER_GRANULE 4096
 /* How often a wait asks the kernel whether the peers it waits for still live. */
