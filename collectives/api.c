@@ -4,6 +4,8 @@
  */
 #include "collectives/op.h"
 
+#include "collectives/hier.h"
+
 #include "common/compiler.h"
 #include "common/log.h"
 
@@ -25,7 +27,7 @@ ZC_EXPORT zc_status_t zc_comm_stats(const zc_comm_t *comm, zc_stats_t *stats)
 {
     if (!comm || !stats)
         return ZC_ERR_INVALID_ARG;
-    zc_stats_totals(&comm->stats, zc_state_store_residual_norm(comm->store), stats);
+    zc_stats_totals(&comm->stats, zc_comm_residual_norm(comm), stats);
     return ZC_OK;
 }
 

@@ -140,6 +140,8 @@ struct zc_comm {
     uint64_t completed_seen; /* zc_ucx_completed at the last look: op deadlines */
 
     zc_policy_t policy;
+    /* hier.h: the host groups, when ZIPCCL_TOPOLOGY makes this communicator hierarchical */
+    struct zc_hier *hier;
     zc_state_store_t *store;
     zc_stats_book_t stats;
     char *stats_file; /* zc_comm_set_stats_file's copy, cfg.stats_file points at it; or NULL */

@@ -4,6 +4,7 @@
  */
 #include "collectives/op.h"
 
+#include "collectives/hier.h"
 #include "common/compiler.h"
 #include "common/log.h"
 #include "transport/bootstrap/tcp.h"
@@ -138,6 +139,7 @@ static void comm_free(zc_comm_t *comm)
     }
     pthread_cond_destroy(&comm->cond);
     pthread_mutex_destroy(&comm->lock);
+    zc_hier_destroy(comm->hier);
     zc_state_store_destroy(comm->store);
     if (comm->ucx)
         zc_coll_abort_flush(comm);
@@ -181,6 +183,7 @@ zc_status_t zc_comm_create(const zc_config_t *cfg, zc_bootstrap_t *bs, zc_comm_t
     ZC_CHECK_GOTO(zc_coll_abort_init(comm), status, fail);
     ZC_CHECK_GOTO(zc_policy_init(&comm->policy, cfg, bs, comm->ucx), status, fail);
     ZC_CHECK_GOTO(zc_state_store_create((size_t)cfg->state_max_bytes, &comm->store), status, fail);
+    ZC_CHECK_GOTO(zc_hier_create(comm, &comm->hier), status, fail);
     if (cfg->progress_thread) {
         if (pthread_create(&comm->thread, NULL, progress_thread, comm) != 0) {
             ZC_ERROR("zc_comm_init: cannot start the progress thread");
@@ -366,8 +369,8 @@ ZC_EXPORT void zc_comm_destroy(zc_comm_t *comm)
             if (!zc_comm_progress(comm))
                 sched_yield();
     }
-    double residual = zc_state_store_residual_norm(comm->store);
-    comm->stats.oob_values = zc_state_store_oob_values(comm->store);
+    double residual = zc_comm_residual_norm(comm);
+    comm->stats.oob_values = zc_comm_oob_values(comm);
     if (comm->cfg.stats)
         zc_stats_print(&comm->stats, residual, comm->rank, comm->size, stderr);
     if (comm->cfg.stats_file[0])

@@ -12,6 +12,7 @@
 #include "collectives/op.h"
 
 #include "codec/codec.h"
+#include "collectives/hier.h"
 #include "common/compiler.h"
 #include "common/log.h"
 #include "common/half.h"
@@ -154,6 +155,7 @@ static zc_status_t op_prepare(zc_coll_op_t *op)
                        learned ? learned : none);
         op->algo = algos[op->path.algo];
     }
+    zc_hier_route(op);
     if (op->path.algo != ZC_ALGO_RAW_RING && zc_codec_needs_state(&op->path.params)) {
         ZC_CHECK(zc_state_get(comm->store, op->key, op->count, op->dtype, &op->path.params,
                               &op->tstate));

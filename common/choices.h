@@ -26,6 +26,9 @@
 /* the compressed algorithms a user can ask for: collectives/algo.h maps them */
 #define ZC_CHOICES_ALGO(X, p) \
     X(p, AUTO, "auto") X(p, RING, "ring") X(p, ALLGATHER, "allgather") X(p, SCATTER, "scatter")
+/* how a communicator uses the hosts its ranks share (collectives/hier.c) */
+#define ZC_CHOICES_TOPOLOGY(X, p) \
+    X(p, AUTO, "auto") X(p, FLAT, "flat") X(p, HIERARCHICAL, "hierarchical")
 /* the stateless codecs, with zc_codec_id_t's values */
 #define ZC_CHOICES_COLLNET_CODEC(X, p) \
     X(p, NONE, "none") X(p, QSGD, "qsgd") X(p, FP16, "fp16") X(p, BF16, "bf16")
@@ -46,6 +49,7 @@ enum zc_cfg_qsgd_coding { ZC_CHOICES_QSGD_CODING(ZC_CHOICE_ENUMERATOR, ZC_CFG_QS
 enum zc_cfg_topk_values { ZC_CHOICES_TOPK_VALUES(ZC_CHOICE_ENUMERATOR, ZC_CFG_TOPK_VALUES) };
 enum zc_cfg_codec { ZC_CHOICES_CODEC(ZC_CHOICE_ENUMERATOR, ZC_CFG_CODEC) };
 enum zc_cfg_algo { ZC_CHOICES_ALGO(ZC_CHOICE_ENUMERATOR, ZC_CFG_ALGO) ZC_CFG_ALGO_COUNT };
+enum zc_cfg_topology { ZC_CHOICES_TOPOLOGY(ZC_CHOICE_ENUMERATOR, ZC_CFG_TOPOLOGY) };
 enum zc_cfg_collnet_codec { ZC_CHOICES_COLLNET_CODEC(ZC_CHOICE_ENUMERATOR, ZC_CFG_COLLNET_CODEC) };
 
 #endif

@@ -10,6 +10,14 @@ zc_log_level_t zc_log_level_current = ZC_LOG_WARN;
 static zc_log_sink_fn log_sink;
 static void *log_sink_arg;
 
+/* zc_log_mute's nesting depth on this thread */
+static _Thread_local int muted;
+
+void zc_log_mute(int on)
+{
+    muted += on ? 1 : -1;
+}
+
 static const char *const level_names[] = {"error", "warn", "info", "debug", "trace"};
 
 void zc_log_set_level(zc_log_level_t level)
@@ -33,6 +41,8 @@ void zc_log_emit(zc_log_level_t level, const char *file, int line, const char *f
     char msg[1024];
     va_list ap;
 
+    if (muted && zc_log_level_current < ZC_LOG_DEBUG)
+        return;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);

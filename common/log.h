@@ -27,6 +27,12 @@ typedef void (*zc_log_sink_fn)(void *arg, zc_log_level_t level, const char *file
 extern zc_log_level_t zc_log_level_current;
 
 void zc_log_set_level(zc_log_level_t level);
+/*
+ * Mutes (@p on non-zero) or unmutes this thread's messages, nestable, unless the
+ * level is debug or trace: for work whose messages would mislead, such as a
+ * communicator inside another that numbers its ranks differently.
+ */
+void zc_log_mute(int on);
 /* Installs @p sink (NULL restores stderr). Not thread safe against concurrent logging. */
 void zc_log_set_sink(zc_log_sink_fn sink, void *arg);
 const char *zc_log_level_name(zc_log_level_t level);

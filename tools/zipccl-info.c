@@ -5,6 +5,7 @@
 #include "common/config.h"
 #include "common/cpu.h"
 #include "common/log.h"
+#include "transport/topo/topo.h"
 #include "zc_build_config.h"
 
 #include <stdio.h>
@@ -64,11 +65,21 @@ int main(int argc, char **argv)
            zc_cpu_level_name(zc_cpu_detect()), ZC_HAVE_CUDA ? "yes" : "no",
            ZC_HAVE_NCCL ? "yes" : "no", ZC_HAVE_MPI ? "yes" : "no");
     /* the tcp bootstrap's mode (docs/security.md); the CollNet plugin always has a secret */
-    printf("tcp bootstrap: %s\n\n",
+    printf("tcp bootstrap: %s\n",
            cfg.job_secret && *cfg.job_secret
                ? "secret: proven membership (ZIPCCL_JOB_SECRET is set)"
                : "no secret: trusts the network (anyone who can reach rank 0's port and knows the "
                  "job id may join; set ZIPCCL_JOB_SECRET)");
+    /* what groups ranks by host (ZIPCCL_TOPOLOGY); the groups themselves need every rank:
+     * ZIPCCL_LOG_LEVEL=info logs them at zc_comm_init */
+    char host[ZC_TOPO_HOST_ID_LEN] = "(unknown: no hostname)";
+    if (cfg.host_id[0])
+        snprintf(host, sizeof(host), "%s", cfg.host_id);
+    else
+        zc_topo_host_id(host);
+    printf("host identity: %.*s%s (ranks with the same one share a host; ZIPCCL_LOG_LEVEL=info "
+           "logs the groups at init)\n\n",
+           ZC_TOPO_HOST_ID_LEN, host, cfg.host_id[0] ? " (ZIPCCL_HOST_ID)" : "");
     for (size_t i = 0; i < zc_param_count(); i++) {
         const zc_param_desc_t *p = zc_param_at(i);
         zc_param_format(p, &cfg, value, sizeof(value));

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Emulated bandwidth-limited cluster: zipccl against Open MPI on the same links (issue 6).
 #
-#   sudo bench/cluster/cluster.sh [--build DIR] [--hosts H] [--rates 100mbit,1gbit,5gbit]
+#   sudo bench/cluster/cluster.sh [--build DIR] [--hosts H] [--ranks-per-host R]
+#        [--topologies flat,hierarchical] [--rates 100mbit,1gbit,5gbit]
 #        [--latency 0|1ms|...] [--sizes 64K,1M,16M,64M | --full] [--methods LIST]
 #        [--algos fixed,auto] [--budget S] [--out DIR] [--plots DIR] [--no-plots]
 #        [--exec CMD]
@@ -14,8 +15,10 @@
 # and leftovers of a killed run do not collide.
 #
 # For each rate, one mpirun (inside host 0's namespace, the rsh agent bench/cluster/netns-rsh
-# entering the namespace of each other host) starts one rank of cluster_rank per host. Open MPI
-# is restricted to its tcp btl on the test subnet (no shared memory, no UCX pml) and zipccl's UCX
+# entering the namespace of each other host) starts --ranks-per-host ranks of cluster_rank per
+# host (ranks 0..R-1 on host 0, and so on). Open MPI is restricted to its tcp btl on the test
+# subnet (no shared memory: every emulated host has the machine's hostname, so its vader btl
+# would join ranks of different hosts, and crashed doing so; no UCX pml) and zipccl's UCX
 # to tcp on zc0, so both only talk over the emulated links. cluster_rank measures MPI_Allreduce
 # and every zipccl method in the same processes, checks every result against the exact sum and
 # writes one JSON line per measurement; bench/cluster/report.py then prints the table, writes
@@ -37,6 +40,8 @@ repo=$(cd "$here/../.." && pwd)
 
 build="$repo/build"
 hosts=4
+ranks_per_host=1
+topologies="flat"
 rates="100mbit,1gbit,5gbit"
 latency=""
 sizes="64K,1M,16M,64M"
@@ -52,7 +57,11 @@ usage() {
     sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
     cat <<EOF
   --build DIR     meson build directory holding bench/cluster/cluster_rank ($build)
-  --hosts H       hosts, one rank each ($hosts)
+  --hosts H       hosts ($hosts)
+  --ranks-per-host R  ranks (processes) in each host's namespace ($ranks_per_host); within a
+                  host Open MPI and flat zipccl talk tcp over the namespace's loopback
+  --topologies L  ZIPCCL_TOPOLOGY values each zipccl method runs with ($topologies); the
+                  hierarchical records' algorithm is prefixed "hier-"
   --rates LIST    link rates in tc units, each a separate run on the same hosts ($rates)
   --latency D     netem delay on each direction of each link; host to host one way: 2 D (none)
   --sizes LIST    message sizes, bytes of f32 with K/M/G suffixes ($sizes)
@@ -71,6 +80,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
     --hosts) hosts=$2; shift 2 ;;
+    --ranks-per-host) ranks_per_host=$2; shift 2 ;;
+    --topologies) topologies=$2; shift 2 ;;
     --rates) rates=$2; shift 2 ;;
     --latency) latency=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
@@ -92,13 +103,19 @@ if [ "$(id -u)" -ne 0 ]; then
         "run it with sudo" >&2
     exit 77
 fi
-case "$hosts" in
-'' | *[!0-9]*) echo "cluster.sh: --hosts must be a number, not '$hosts'" >&2; exit 2 ;;
-esac
-if [ "$hosts" -lt 2 ] || [ "$hosts" -gt 64 ]; then
-    echo "cluster.sh: --hosts must be 2..64" >&2
-    exit 2
-fi
+# check_range OPTION VALUE MIN MAX: exits 2 unless VALUE is a number in MIN..MAX
+check_range() {
+    case "$2" in
+    '' | *[!0-9]*) echo "cluster.sh: $1 must be a number, not '$2'" >&2; exit 2 ;;
+    esac
+    if [ "$2" -lt "$3" ] || [ "$2" -gt "$4" ]; then
+        echo "cluster.sh: $1 must be $3..$4" >&2
+        exit 2
+    fi
+}
+check_range --hosts "$hosts" 2 64
+check_range --ranks-per-host "$ranks_per_host" 1 16
+nranks=$((hosts * ranks_per_host))
 rank_bin="$build/bench/cluster/cluster_rank"
 if [ -z "$exec_cmd" ] && [ ! -x "$rank_bin" ]; then
     echo "cluster.sh: $rank_bin not found: build it (meson setup $build && ninja -C $build)," \
@@ -214,7 +231,7 @@ done
 
 hostlist=""
 for ((i = 0; i < hosts; i++)); do
-    hostlist="$hostlist${hostlist:+,}$net.$((i + 1)):1"
+    hostlist="$hostlist${hostlist:+,}$net.$((i + 1)):$ranks_per_host"
 done
 
 # ---- runs -------------------------------------------------------------------------------------
@@ -236,7 +253,8 @@ for rate in "${rate_list[@]}"; do
         fi
         continue
     fi
-    echo "# rate $rate: mpirun -np $hosts cluster_rank --sizes $sizes --methods $methods"
+    echo "# rate $rate: mpirun -np $nranks ($hosts hosts x $ranks_per_host) cluster_rank" \
+        "--sizes $sizes --methods $methods --topologies $topologies"
     # the caller's ZIPCCL_* settings (log level, chunk size, statistics) reach every rank;
     # cluster_rank sets each method's own (codec, algorithm, parameters) over them
     zipccl_env=()
@@ -247,14 +265,14 @@ for rate in "${rate_list[@]}"; do
     # In the background: bash runs a trap only once the foreground command has ended, while
     # wait returns at once on a signal, so that SIGTERM tears everything down immediately.
     ip netns exec "${prefix}h0" env ZC_CLUSTER_PREFIX="$prefix" ZC_CLUSTER_SUBNET="$net" \
-        mpirun --allow-run-as-root -np "$hosts" --host "$hostlist" --map-by node \
+        mpirun --allow-run-as-root -np "$nranks" --host "$hostlist" --map-by slot \
         --mca plm_rsh_agent "$here/netns-rsh" --mca plm_rsh_no_tree_spawn 1 \
         --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$net.0/24" \
         --mca oob_tcp_if_include "$net.0/24" --mca coll ^hcoll --mca osc ^ucx \
         -x UCX_TLS=tcp -x UCX_NET_DEVICES=zc0 -x OPENBLAS_NUM_THREADS=1 -x PATH \
         ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} ${zipccl_env[@]+"${zipccl_env[@]}"} \
         "$rank_bin" --sizes "$sizes" --methods "$methods" --algos "$algos" \
-        --budget "$budget" --json "$out/$rate.jsonl" 2> >(tee "$out/$rate.stderr" >&2) &
+        --budget "$budget" --topologies "$topologies" --json "$out/$rate.jsonl" 2> >(tee "$out/$rate.stderr" >&2) &
     if ! wait $!; then
         echo "cluster.sh: the run at $rate failed (see above, $out/$rate.stderr)" >&2
         status=1

@@ -16,7 +16,13 @@
  *   auto      ZIPCCL_CODEC=auto ZIPCCL_ALGO=auto
  *
  *   cluster_rank [--sizes LIST] [--methods LIST] [--algos fixed,auto] [--budget S]
- *                [--min-iters N] [--max-iters N] [--json FILE]
+ *                [--min-iters N] [--max-iters N] [--topologies flat,hierarchical]
+ *                [--json FILE]
+ *
+ * --topologies runs every zipccl method with each ZIPCCL_TOPOLOGY given (default flat); the
+ * records of the hierarchical one carry the algorithm prefixed "hier-". Under cluster.sh
+ * (ZC_CLUSTER_PREFIX set) ZIPCCL_HOST_ID is the rank's network namespace, so that the ranks of
+ * one emulated host (--ranks-per-host) are grouped as one host and no others.
  *
  * zipccl's communicators are built with zc_comm_init_bootstrap over MPI collectives, one per
  * (method, algorithm), after setting that method's ZIPCCL_* variables (and clearing
@@ -60,6 +66,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_SIZES 32
 #define MAX_METHODS 16
@@ -73,6 +80,7 @@ typedef struct options {
     double budget;
     int min_iters, max_iters;
     const char *json;
+    char topologies[64]; /* --topologies: ZIPCCL_TOPOLOGY values to run each zipccl method with */
 } options_t;
 
 /* One method: its codec, the variables that parameterize it and the algorithms it runs. */
@@ -104,10 +112,12 @@ static const method_t methods[] = {
 };
 
 /* A communicator of every rank running @p m on @p algo; NULL (logged) on failure. */
-static zc_comm_t *comm_create(const method_t *m, const char *algo)
+static zc_comm_t *comm_create(const method_t *m, const char *algo, const char *topology,
+                              const char *host_id)
 {
     const char *const settings[] = {
-        "ZIPCCL_CODEC", m->codec, "ZIPCCL_ALGO", algo, "ZIPCCL_QSGD_BITS", m->bits,
+        "ZIPCCL_TOPOLOGY", topology, "ZIPCCL_HOST_ID", host_id, "ZIPCCL_CODEC", m->codec,
+        "ZIPCCL_ALGO", algo, "ZIPCCL_QSGD_BITS", m->bits,
         /* the environment's level count would override the method's bits */
         "ZIPCCL_QSGD_LEVELS", "auto", "ZIPCCL_TOPK_DENSITY", m->density, "ZIPCCL_GRADIVEQ_SLICE",
         m->gv_slice, "ZIPCCL_GRADIVEQ_DIM", m->gv_dim, "ZIPCCL_POWERSGD_WARMUP", m->psgd_warmup,
@@ -308,7 +318,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: mpirun ... cluster_rank [--sizes 64K,1M,64M] [--methods mpi,raw,...]\n"
                "                   [--algos fixed,auto] [--budget S] [--min-iters N]"
-               " [--max-iters N] [--json FILE]\n"
+               " [--max-iters N] [--topologies flat,hierarchical] [--json FILE]\n"
                "  methods: mpi raw fp16 bf16 qsgd8 qsgd4 qsgd2 topk gradiveq powersgd auto\n");
 }
 
@@ -342,6 +352,8 @@ static int parse_args(int argc, char **argv, options_t *o)
         } else if (strcmp(a, "--max-iters") == 0) {
             if ((o->max_iters = atoi(v)) < 1)
                 return -1;
+        } else if (strcmp(a, "--topologies") == 0) {
+            snprintf(o->topologies, sizeof(o->topologies), "%s", v);
         } else if (strcmp(a, "--json") == 0) {
             o->json = v;
         } else {
@@ -392,7 +404,12 @@ static void emit(FILE *json, const method_t *m, const char *algo, size_t bytes, 
 
 int main(int argc, char **argv)
 {
-    options_t o = {.fixed = 1, .autos = 1, .budget = 3.0, .min_iters = 3, .max_iters = 50};
+    options_t o = {.fixed = 1,
+                   .autos = 1,
+                   .budget = 3.0,
+                   .min_iters = 3,
+                   .max_iters = 50,
+                   .topologies = "flat"};
     int rank, size, rc = 0;
     FILE *json = NULL;
 
@@ -413,6 +430,15 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
 
+    /* Under cluster.sh every host is a network namespace of one machine, whose hostname, boot
+     * id and IPC namespace they share: the namespace names the host (ZIPCCL_HOST_ID). */
+    char host_id[64] = "", netns[48];
+    ssize_t got = readlink("/proc/self/ns/net", netns, sizeof(netns) - 1);
+    if (getenv("ZC_CLUSTER_PREFIX") && got > 0) {
+        netns[got] = '\0';
+        snprintf(host_id, sizeof(host_id), "cluster-%s", netns);
+    }
+
     char list[512];
     snprintf(list, sizeof(list), "%s", o.methods);
     char *save = NULL;
@@ -431,17 +457,26 @@ int main(int argc, char **argv)
                      o.fixed && o.autos ? "," : "", o.autos ? "auto" : "");
         char *save2 = NULL;
         for (char *algo = strtok_r(algos, ",", &save2); algo; algo = strtok_r(NULL, ",", &save2)) {
-            zc_comm_t *comm = NULL;
-            if (m->codec && !(comm = comm_create(m, algo)))
-                MPI_Abort(MPI_COMM_WORLD, 1);
-            for (int k = 0; k < o.nsizes; k++) {
-                record_t r = measure(&o, m, algo, comm, o.sizes[k], (uint64_t)k + 1, rank, size);
-                if (rank == 0)
-                    emit(json, m, algo, o.sizes[k], size, &r);
-                if (r.failed || r.wrong || !r.identical)
-                    rc = 1;
+            char topos[64], *save3 = NULL;
+            snprintf(topos, sizeof(topos), "%s", m->codec ? o.topologies : "flat");
+            for (char *topo = strtok_r(topos, ",", &save3); topo;
+                 topo = strtok_r(NULL, ",", &save3)) {
+                /* the label: the algorithm, prefixed "hier-" on the hierarchical topology */
+                char label[96];
+                snprintf(label, sizeof(label), "%s%s", strcmp(topo, "flat") ? "hier-" : "", algo);
+                zc_comm_t *comm = NULL;
+                if (m->codec && !(comm = comm_create(m, algo, topo, host_id[0] ? host_id : NULL)))
+                    MPI_Abort(MPI_COMM_WORLD, 1);
+                for (int k = 0; k < o.nsizes; k++) {
+                    record_t r =
+                        measure(&o, m, algo, comm, o.sizes[k], (uint64_t)k + 1, rank, size);
+                    if (rank == 0)
+                        emit(json, m, label, o.sizes[k], size, &r);
+                    if (r.failed || r.wrong || !r.identical)
+                        rc = 1;
+                }
+                zc_comm_destroy(comm);
             }
-            zc_comm_destroy(comm);
         }
     }
     if (json)

@@ -42,8 +42,15 @@ def size_label(b):
 
 
 def load(path):
+    """The records of a run; a hierarchical one (algorithm "hier-X", cluster_rank
+    --topologies) becomes method "M/hier" with algorithm X, a row of its own."""
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        records = [json.loads(line) for line in f if line.strip()]
+    for r in records:
+        if r["algo"].startswith("hier-"):
+            r["method"] += "/hier"
+            r["algo"] = r["algo"][len("hier-"):]
+    return records
 
 
 def rows_of(records, hosts, bps):
@@ -65,7 +72,8 @@ def rows_of(records, hosts, bps):
             fixed = [r for r in mine if r["algo"] != "auto"] or mine
             best = min(fixed, key=lambda r: r["median_s"])
             auto = next((r for r in mine if r["algo"] == "auto"), None)
-            raw_wire = 2.0 * (hosts - 1) * size
+            # the flat raw ring's bytes: 2 (N - 1) / N of the tensor from each of N ranks
+            raw_wire = 2.0 * (best.get("ranks", hosts) - 1) * size
             # which fixed algorithm auto's calls were, told by their bytes on the wire (the
             # ring and the scatter send the same for linear codecs): a slower auto on the same
             # algorithm as the best is measurement noise, on another one the policy's choice

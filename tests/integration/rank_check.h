@@ -10,6 +10,7 @@
 #include "common/log.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -50,12 +51,46 @@ static inline void *shared_map(size_t len)
     return p;
 }
 
+/*
+ * Hierarchical variants of a case (its name prefixed "hier-"): the ranks run with
+ * ZIPCCL_TOPOLOGY=hierarchical as hosts of HIER_RANKS_PER_HOST ranks each, told apart by
+ * ZIPCCL_HOST_ID (hier_set_host in each rank, before zc_comm_init). A run of fewer than two
+ * such hosts, or whose rank count they do not divide, runs one rank per host (flat).
+ * "hier-onehost-": every rank of a run of two or more on one host (shared memory only).
+ * Returns the name without the prefix.
+ */
+#define HIER_RANKS_PER_HOST 2
+static inline const char *hier_case(const char *name)
+{
+    int onehost = strncmp(name, "hier-onehost-", 13) == 0;
+    if (!onehost && strncmp(name, "hier-", 5) != 0)
+        return name;
+    setenv("ZIPCCL_TOPOLOGY", "hierarchical", 1);
+    setenv("ZC_TEST_HIER", onehost ? "onehost" : "hosts", 1);
+    return name + (onehost ? 13 : 5);
+}
+
+static inline void hier_set_host(int rank, int size)
+{
+    char id[32];
+    const char *mode = getenv("ZC_TEST_HIER");
+    if (!mode)
+        return;
+    int per = size >= 2 * HIER_RANKS_PER_HOST && size % HIER_RANKS_PER_HOST == 0
+                  ? HIER_RANKS_PER_HOST
+                  : 1;
+    if (strcmp(mode, "onehost") == 0)
+        per = size;
+    snprintf(id, sizeof(id), "test-host-%d", rank / per);
+    setenv("ZIPCCL_HOST_ID", id, 1);
+}
+
 /* The main of a program whose argument names one case: runs it (-1: no such case), says how it
  * went. */
 static inline int case_main(int argc, char **argv, int (*run_case)(const char *name))
 {
     const char *name = argc > 1 ? argv[1] : "";
-    int rc = run_case(name);
+    int rc = run_case(hier_case(name));
     if (rc < 0) {
         fprintf(stderr, "usage: %s CASE (unknown case '%s')\n", argv[0], name);
         return 2;

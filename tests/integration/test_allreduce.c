@@ -15,6 +15,8 @@
  *   kill[-compressed]      a rank killed mid-collective
  *   nonblocking[-thread]   several zc_iallreduce in flight, zc_wait and zc_test polling
  *   env-styles      torchrun, Open MPI and Slurm variables instead of ZIPCCL_*
+ *   hier-CASE       CASE with ZIPCCL_TOPOLOGY=hierarchical: its 4-rank runs as 2 hosts of 2
+ *                   (ZIPCCL_HOST_ID, rank_check.h), the others flat; same checks
  *   stats           ZIPCCL_STATS_FILE written and consistent with zc_comm_stats; a rank
  *                   that named its file with zc_comm_set_stats_file writes there instead
  *
@@ -298,6 +300,7 @@ static int start_rank(int rank, int size)
     logged[0] = '\0';
     zc_log_set_sink(capture_sink, NULL);
     zc_harness_step("zc_comm_init");
+    hier_set_host(rank, size);
     zc_status_t status = zc_comm_init(&comm);
     if (status == ZC_ERR_IO && rank == 0 && logged_has("cannot listen on port"))
         *root_port_taken = 1;

@@ -17,6 +17,10 @@
  *                       rank 2, and none names a survivor (and, before, zc_comm_agree_max
  *                       agrees without counting as a call; after a failure it fails at once)
  *
+ *   hier-CASE           CASE with ZIPCCL_TOPOLOGY=hierarchical, ranks 0-1 and 2-3 as two hosts
+ *                       (rank_check.h): rank 2's local peer finds it through shared memory
+ *   hier-onehost-CASE   the same with the 4 ranks on one host
+ *
  * ALGO: ring (raw, ZIPCCL_CODEC=none), cring (fp16 on the compressed ring), allgather and
  * scatter (qsgd). Usage: test_failures CASE; exit 0 when the case passed.
  */
@@ -69,6 +73,7 @@ static int start_rank(int rank)
     shared->pids[rank] = getpid();
     zc_log_set_sink(capture_sink, NULL);
     zc_harness_step("zc_comm_init");
+    hier_set_host(rank, NRANKS);
     zc_status_t status = zc_comm_init(&comm);
     if (status == ZC_ERR_IO && rank == 0 && logged_has("cannot listen on port"))
         shared->root_port_taken = 1;

@@ -1,0 +1,748 @@
+/*
+ * Hierarchical all-reduce (hier.h): host groups at communicator creation, the
+ * inter-host communicator over a subset of the bootstrap, and the algorithm:
+ * reduce-scatter through shared memory, all-reduce of each local rank's shard
+ * between hosts, all-gather through shared memory.
+ *
+ * Shared memory protocol (transport/shm/shm.h): rounds numbered from 0 for the
+ * life of the communicator; round g uses buffer g % 2 of every slot. A rank
+ * writes round g once every rank has consumed round g - 2 (consumed >= g - 1),
+ * publishes written = g + 1, waits until every rank has published round g,
+ * reads, and publishes consumed = g + 1. In the reduce-scatter, round k carries
+ * piece k of every shard (the slot holds a piece per shard) and the owner of a
+ * shard sums the pieces of slots 0, 1, ... in that order: one rank computes
+ * each shard, in a fixed order, so the result does not depend on timing. In
+ * the all-gather, round k carries piece k of the rank's own shard.
+ */
+#include "collectives/hier.h"
+
+#include "collectives/op.h"
+#include "collectives/reduce.h"
+#include "common/dtype.h"
+#include "common/log.h"
+#include "transport/shm/shm.h"
+#include "transport/topo/topo.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes of each of a slot's two buffers: rounds of 4 MiB amortize the synchronisation. */
+#define HIER_BUF_BYTES ((size_t)4 << 20)
+/* Shard boundaries fall on multiples of this many values (QSGD buckets, 256-byte alignment). */
+#define HIER_GRANULE 4096
+/* How often a wait asks the kernel whether the peers it waits for still live. */
+#define LIVENESS_PERIOD_NS 20000000ull
+
+struct zc_hier {
+    int local_rank, local_size, node, nodes;
+    int *local_ranks; /* [local_size]: the global ranks of this host, in order */
+    int *cross_ranks; /* [nodes]: the global rank of each host's rank with this local rank */
+    zc_shm_t *shm;
+    zc_comm_t *cross; /* between hosts: this local rank's counterparts, flat */
+    uint64_t round;   /* shared-memory rounds completed on this communicator */
+};
+
+/* ---- a bootstrap over a subset of another's ranks --------------------------------------------
+ * Every rank of the parent calls every operation (the subsets of a partition each run the same
+ * sequence); lengths may differ between subsets, so each operation first gathers them. */
+
+typedef struct subset {
+    zc_bootstrap_t *parent;
+    const int *members; /* [n]: parent ranks, in subset rank order */
+    int n;
+} subset_t;
+
+/* Gathers every parent rank's @p len bytes, then copies the members' into @p all (n * len). */
+static zc_status_t subset_allgather(void *ctx, const void *mine, size_t len, void *all)
+{
+    subset_t *s = ctx;
+    zc_bootstrap_t *p = s->parent;
+    uint64_t my_len = len, *lens = calloc((size_t)p->size, sizeof(*lens));
+    zc_status_t status = ZC_ERR_NO_MEMORY;
+    unsigned char *every = NULL, *padded = NULL;
+
+    if (!lens)
+        return status;
+    ZC_CHECK_GOTO(zc_bootstrap_allgather(p, &my_len, sizeof(my_len), lens), status, out);
+    uint64_t stride = 0;
+    for (int r = 0; r < p->size; r++)
+        stride = lens[r] > stride ? lens[r] : stride;
+    every = malloc((size_t)p->size * stride + 1);
+    padded = calloc(1, stride + 1);
+    if (!every || !padded) {
+        status = ZC_ERR_NO_MEMORY;
+        goto out;
+    }
+    if (len)
+        memcpy(padded, mine, len);
+    ZC_CHECK_GOTO(zc_bootstrap_allgather(p, padded, stride, every), status, out);
+    for (int i = 0; i < s->n; i++) {
+        if (lens[s->members[i]] != len) {
+            ZC_ERROR("hierarchical bootstrap: rank %d gave %" PRIu64 " bytes, rank %d %zu",
+                     s->members[i], lens[s->members[i]], p->rank, len);
+            status = ZC_ERR_MISMATCH;
+            goto out;
+        }
+        if (len)
+            memcpy((unsigned char *)all + (size_t)i * len, every + (size_t)s->members[i] * stride,
+                   len);
+    }
+    status = ZC_OK;
+out:
+    free(padded);
+    free(every);
+    free(lens);
+    return status;
+}
+
+static zc_status_t subset_broadcast(void *ctx, void *buf, size_t len, int root)
+{
+    subset_t *s = ctx;
+    if (root < 0 || root >= s->n)
+        return ZC_ERR_INVALID_ARG;
+    unsigned char *all = malloc((size_t)s->n * len + 1);
+    if (!all)
+        return ZC_ERR_NO_MEMORY;
+    zc_status_t status = subset_allgather(ctx, buf, len, all);
+    if (status == ZC_OK && len)
+        memcpy(buf, all + (size_t)root * len, len);
+    free(all);
+    return status;
+}
+
+static zc_status_t subset_barrier(void *ctx)
+{
+    subset_t *s = ctx;
+    return zc_bootstrap_barrier(s->parent);
+}
+
+static void subset_destroy(void *ctx)
+{
+    free(ctx);
+}
+
+static const zc_bootstrap_ops_t subset_ops = {
+    .name = "hierarchical subset",
+    .allgather = subset_allgather,
+    .broadcast = subset_broadcast,
+    .barrier = subset_barrier,
+    .destroy = subset_destroy,
+};
+
+/* ---- setup ----------------------------------------------------------------------------------- */
+
+void zc_hier_destroy(zc_hier_t *hier)
+{
+    if (!hier)
+        return;
+    if (hier->cross) {
+        /* the parent prints the statistics, the inter-host calls' included */
+        hier->cross->cfg.stats = 0;
+        hier->cross->cfg.stats_file = "";
+        zc_log_mute(1);
+        zc_comm_destroy(hier->cross);
+        zc_log_mute(0);
+    }
+    zc_shm_destroy(hier->shm);
+    free(hier->local_ranks);
+    free(hier->cross_ranks);
+    free(hier);
+}
+
+int zc_hier_groups(const zc_hier_t *hier, int *local_rank_p, int *local_size_p, int *node_p,
+                   int *nodes_p)
+{
+    if (!hier)
+        return -1;
+    *local_rank_p = hier->local_rank;
+    *local_size_p = hier->local_size;
+    *node_p = hier->node;
+    *nodes_p = hier->nodes;
+    return 0;
+}
+
+/* Logs, at info level, this rank's place and (rank 0) every host's ranks. */
+static void log_groups(const zc_comm_t *comm, const char *id, const int *node_of_rank, int nodes,
+                       int local_rank, int local_size, const char *topology)
+{
+    if (!ZC_LOG_ENABLED(ZC_LOG_INFO))
+        return;
+    ZC_INFO("zc_comm_init: rank %d is local rank %d of %d on host %d of %d (%.*s); topology %s",
+            comm->rank, local_rank, local_size, node_of_rank[comm->rank], nodes,
+            ZC_TOPO_HOST_ID_LEN, id, topology);
+    if (comm->rank != 0)
+        return;
+    char line[512];
+    for (int n = 0; n < nodes; n++) {
+        size_t used = (size_t)snprintf(line, sizeof(line), "host %d: ranks", n);
+        for (int r = 0; r < comm->size && used + 16 < sizeof(line); r++)
+            if (node_of_rank[r] == n)
+                used += (size_t)snprintf(line + used, sizeof(line) - used, " %d", r);
+        ZC_INFO("zc_comm_init: %s", line);
+    }
+}
+
+/* What each rank tells the others about its host's segment. */
+typedef struct shm_note {
+    char name[ZC_SHM_NAME_LEN];
+    int32_t status;
+    int32_t pad;
+} shm_note_t;
+
+/*
+ * Local rank 0 creates the segment; the others open it; everyone learns whether
+ * every rank of the job has its segment; then it is unlinked. ZC_ERR_IO (logged
+ * where it failed, named here) when any rank lacks it.
+ */
+static zc_status_t shm_setup(zc_comm_t *comm, zc_hier_t *h)
+{
+    shm_note_t mine = {.status = ZC_OK}, *all = calloc((size_t)comm->size, sizeof(*all));
+    zc_status_t status;
+
+    if (!all)
+        return ZC_ERR_NO_MEMORY;
+    if (h->local_rank == 0) {
+        zc_shm_make_name(mine.name);
+        mine.status = zc_shm_create(mine.name, h->local_size, HIER_BUF_BYTES, &h->shm);
+    }
+    ZC_CHECK_GOTO(zc_bootstrap_allgather(comm->bs, &mine, sizeof(mine), all), status, out);
+    const shm_note_t *leader = &all[h->local_ranks[0]];
+    if (h->local_rank != 0) {
+        mine.status = leader->status;
+        if (leader->status == ZC_OK) {
+            char name[ZC_SHM_NAME_LEN];
+            memcpy(name, leader->name, sizeof(name));
+            name[sizeof(name) - 1] = '\0';
+            mine.status =
+                zc_shm_attach(name, h->local_rank, h->local_size, HIER_BUF_BYTES, &h->shm);
+        }
+    }
+    ZC_CHECK_GOTO(zc_bootstrap_allgather(comm->bs, &mine, sizeof(mine), all), status, out);
+    if (h->local_rank == 0 && h->shm)
+        zc_shm_unlink(mine.name); /* every local rank holds it, or gave up on it */
+    status = ZC_OK;
+    for (int r = 0; r < comm->size; r++) {
+        if (all[r].status != ZC_OK) {
+            ZC_ERROR("zc_comm_init: rank %d has no shared memory with its host's ranks: %s", r,
+                     zc_status_string((zc_status_t)all[r].status));
+            status = ZC_ERR_IO;
+            break;
+        }
+    }
+out:
+    free(all);
+    return status;
+}
+
+/* The communicator between hosts: this local rank's counterparts, flat, over a bootstrap subset. */
+static zc_status_t cross_setup(zc_comm_t *comm, zc_hier_t *h)
+{
+    subset_t *s = calloc(1, sizeof(*s));
+    zc_bootstrap_t *bs = calloc(1, sizeof(*bs));
+    if (!s || !bs) {
+        free(s);
+        free(bs);
+        return ZC_ERR_NO_MEMORY;
+    }
+    s->parent = comm->bs;
+    s->members = h->cross_ranks;
+    s->n = h->nodes;
+    bs->ops = &subset_ops;
+    bs->ctx = s;
+    bs->rank = h->node;
+    bs->size = h->nodes;
+    zc_config_t cfg = comm->cfg;
+    cfg.topology = ZC_CFG_TOPOLOGY_FLAT;
+    cfg.progress_thread = 0; /* the parent's op drives it */
+    cfg.policy_file = "";    /* measured, not shared with the parent's file */
+    ZC_CHECK(zc_comm_create(&cfg, bs, &h->cross));
+    /* Local ranks share the host's NIC: each of them gets its share of the nominal bandwidth
+     * (a measured one was measured with every local rank measuring at once). */
+    if (!h->cross->policy.measured)
+        h->cross->policy.in.link_bw /= h->local_size;
+    return ZC_OK;
+}
+
+zc_status_t zc_hier_create(zc_comm_t *comm, zc_hier_t **hier_p)
+{
+    static const char *const topologies[] = {ZC_CHOICE_NAMES(ZC_CHOICES_TOPOLOGY)};
+    const int size = comm->size;
+    char id[ZC_TOPO_HOST_ID_LEN] = {0};
+    int local_rank, local_size, node, nodes;
+    zc_status_t status;
+
+    *hier_p = NULL;
+    if (comm->bs->ops == &subset_ops)
+        return ZC_OK; /* the communicator between hosts: one rank per host by construction */
+    if (comm->cfg.host_id[0])
+        snprintf(id, sizeof(id), "%s", comm->cfg.host_id);
+    else
+        ZC_CHECK(zc_topo_host_id(id));
+    char *ids = malloc((size_t)size * sizeof(id));
+    int *node_of_rank = calloc((size_t)size, sizeof(int));
+    int *per_node = calloc((size_t)size, sizeof(int));
+    zc_hier_t *h = calloc(1, sizeof(*h));
+    status = ZC_ERR_NO_MEMORY;
+    if (!ids || !node_of_rank || !per_node || !h)
+        goto out;
+    ZC_CHECK_GOTO(zc_bootstrap_allgather(comm->bs, id, sizeof(id), ids), status, out);
+    ZC_CHECK_GOTO(zc_topo_group_hosts(ids, sizeof(id), size, comm->rank, &local_rank, &local_size,
+                                      &node, &nodes, node_of_rank),
+                  status, out);
+    int equal = 1;
+    for (int r = 0; r < size; r++)
+        per_node[node_of_rank[r]]++;
+    for (int n = 1; n < nodes; n++)
+        equal &= per_node[n] == per_node[0];
+
+    int topology = (int)comm->cfg.topology, hier;
+    if (topology == ZC_CFG_TOPOLOGY_HIERARCHICAL && !equal) {
+        ZC_ERROR("zc_comm_init: ZIPCCL_TOPOLOGY=hierarchical needs the same number of ranks on "
+                 "every host; host 0 has %d, host %d has %d",
+                 per_node[0], node, local_size);
+        status = ZC_ERR_INVALID_CONFIG;
+        goto out;
+    }
+    if (topology == ZC_CFG_TOPOLOGY_HIERARCHICAL)
+        hier = local_size >= 2; /* one rank per host: nothing to share */
+    else if (topology == ZC_CFG_TOPOLOGY_AUTO)
+        hier = nodes >= 2 && equal && local_size >= 2;
+    else
+        hier = 0;
+    log_groups(comm, id, node_of_rank, nodes, local_rank, local_size,
+               hier ? "hierarchical" : topologies[ZC_CFG_TOPOLOGY_FLAT]);
+    status = ZC_OK;
+    if (!hier)
+        goto out;
+
+    h->local_rank = local_rank;
+    h->local_size = local_size;
+    h->node = node;
+    h->nodes = nodes;
+    h->local_ranks = calloc((size_t)local_size, sizeof(int));
+    h->cross_ranks = calloc((size_t)nodes, sizeof(int));
+    int *seen = per_node; /* reused: ranks of each host met so far */
+    memset(seen, 0, (size_t)size * sizeof(int));
+    if (!h->local_ranks || !h->cross_ranks) {
+        status = ZC_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (int r = 0; r < size; r++) {
+        int n = node_of_rank[r], l = seen[n]++;
+        if (n == node)
+            h->local_ranks[l] = r;
+        if (l == local_rank)
+            h->cross_ranks[n] = r;
+    }
+    status = shm_setup(comm, h);
+    if (status == ZC_ERR_IO && topology == ZC_CFG_TOPOLOGY_AUTO) {
+        ZC_WARN("zc_comm_init: ZIPCCL_TOPOLOGY=auto: staying flat without shared memory");
+        status = ZC_OK;
+        goto out;
+    }
+    if (status != ZC_OK)
+        goto out;
+    ZC_CHECK_GOTO(cross_setup(comm, h), status, out);
+    *hier_p = h;
+    h = NULL;
+out:
+    zc_hier_destroy(h);
+    free(per_node);
+    free(node_of_rank);
+    free(ids);
+    return status;
+}
+
+double zc_comm_residual_norm(const zc_comm_t *comm)
+{
+    double own = zc_state_store_residual_norm(comm->store);
+    if (!comm->hier)
+        return own;
+    double cross = zc_comm_residual_norm(comm->hier->cross);
+    return sqrt(own * own + cross * cross);
+}
+
+uint64_t zc_comm_oob_values(const zc_comm_t *comm)
+{
+    uint64_t own = zc_state_store_oob_values(comm->store);
+    return comm->hier ? own + zc_comm_oob_values(comm->hier->cross) : own;
+}
+
+void zc_hier_route(zc_coll_op_t *op)
+{
+    const zc_comm_t *comm = op->comm;
+
+    if (!comm->hier || op->control || op->count < (size_t)comm->hier->local_size)
+        return;
+    memset(&op->path, 0, sizeof(op->path));
+    op->path.algo = ZC_ALGO_RAW_RING;
+    memcpy(&op->path.params, &comm->policy.params[ZC_CODEC_NONE], sizeof(op->path.params));
+    op->algo = &zc_algo_hier;
+}
+
+/* ---- the algorithm --------------------------------------------------------------------------- */
+
+enum { STEP_SCATTER, STEP_CROSS, STEP_GATHER, STEP_DONE };
+
+typedef struct hier_op {
+    zc_hier_t *h;
+    int step;
+    size_t esize;
+    size_t *off, *len;    /* [local_size]: the shards */
+    size_t piece;         /* values of a shard per reduce-scatter round */
+    size_t gpiece;        /* values of a shard per all-gather round */
+    uint64_t rs_rounds;   /* reduce-scatter rounds: the longest shard over piece */
+    uint64_t ag_rounds;   /* all-gather rounds: the longest shard over gpiece */
+    uint64_t k;           /* next round of the current step */
+    int wrote;            /* round k's data is published */
+    uint64_t seen;        /* sum of every slot's counters at the last look: progress */
+    uint64_t liveness_ns; /* when the peers were last checked */
+    int widen;            /* f32/f16/bf16 sum or average: the host's sum is kept in f32 */
+    float *acc;           /* widen: this rank's shard of the sum (recvbuf's own for f32) */
+    zc_coll_op_t *child;  /* the inter-host all-reduce */
+} hier_op_t;
+
+static zc_status_t hier_start(zc_coll_op_t *op)
+{
+    zc_hier_t *h = op->comm->hier;
+    const int L = h->local_size;
+    hier_op_t *ho = calloc(1, sizeof(*ho));
+    if (!ho)
+        return ZC_ERR_NO_MEMORY;
+    op->priv = ho;
+    ho->h = h;
+    ho->off = calloc((size_t)L, sizeof(size_t));
+    ho->len = calloc((size_t)L, sizeof(size_t));
+    if (!ho->off || !ho->len)
+        return ZC_ERR_NO_MEMORY;
+    ho->esize = zc_dtype_bytes(op->dtype);
+    size_t longest = 0;
+    for (int s = 0; s < L; s++) {
+        zc_coll_split(op->count, (size_t)L, HIER_GRANULE, (size_t)s, &ho->off[s], &ho->len[s]);
+        longest = ho->len[s] > longest ? ho->len[s] : longest;
+    }
+    ho->piece = HIER_BUF_BYTES / ho->esize / (size_t)L;
+    ho->gpiece = HIER_BUF_BYTES / ho->esize;
+    ho->rs_rounds = (longest + ho->piece - 1) / ho->piece;
+    ho->ag_rounds = (longest + ho->gpiece - 1) / ho->gpiece;
+    ho->widen = zc_dtype_size(op->dtype) != 0 && (op->op == ZC_OP_SUM || op->op == ZC_OP_AVG);
+    if (ho->widen && op->dtype == ZC_DTYPE_F32)
+        ho->acc = (float *)op->recvbuf + ho->off[h->local_rank];
+    else if (ho->widen && !(ho->acc = malloc(ho->len[h->local_rank] * sizeof(float))))
+        return ZC_ERR_NO_MEMORY;
+    ho->step = STEP_SCATTER;
+    return ZC_OK;
+}
+
+/* Values of shard @p s in round @p k with @p piece values per round. */
+static size_t piece_len(const hier_op_t *ho, int s, uint64_t k, size_t piece)
+{
+    size_t begin = (size_t)k * piece;
+    if (begin >= ho->len[s])
+        return 0;
+    return ho->len[s] - begin < piece ? ho->len[s] - begin : piece;
+}
+
+static const char *const step_names[] = {"hierarchical reduce-scatter (shared memory)",
+                                         "hierarchical inter-host all-reduce",
+                                         "hierarchical all-gather (shared memory)", "done"};
+
+/*
+ * ZC_OK when every slot's counter (@p consumed: the consumed ones, else written)
+ * is at least @p target; ZC_INPROGRESS while some are below and the peers live
+ * and move; ZC_ERR_PEER when a peer waited for has left the segment (exited or
+ * died), ZC_ERR_TIMEOUT when no counter moved for ZIPCCL_TIMEOUT_S: both logged,
+ * blamed on the peer furthest behind.
+ */
+static zc_status_t wait_slots(zc_coll_op_t *op, hier_op_t *ho, int consumed, uint64_t target)
+{
+    zc_hier_t *h = ho->h;
+    uint64_t sum = 0, low = UINT64_MAX;
+    int behind = -1, pending = 0;
+
+    for (int s = 0; s < h->local_size; s++) {
+        zc_shm_slot_t *slot = zc_shm_slot(h->shm, s);
+        uint64_t w = atomic_load_explicit(&slot->written, memory_order_acquire);
+        uint64_t c = atomic_load_explicit(&slot->consumed, memory_order_acquire);
+        uint64_t v = consumed ? c : w;
+        sum += w + c;
+        if (v < target) {
+            pending++;
+            if (v < low) {
+                low = v;
+                behind = s;
+            }
+        }
+    }
+    if (!pending)
+        return ZC_OK;
+    uint64_t now = zc_time_ns();
+    if (sum != ho->seen) {
+        ho->seen = sum;
+        op->deadline_ns = now + (uint64_t)op->comm->cfg.timeout_s * 1000000000ull;
+    }
+    char desc[96];
+    snprintf(desc, sizeof(desc), "allreduce #%" PRIu64 " (%zu values)", op->seq, op->count);
+    if (now - ho->liveness_ns > LIVENESS_PERIOD_NS) {
+        ho->liveness_ns = now;
+        for (int s = 0; s < h->local_size; s++) {
+            /* only the peers waited for: one that finished and left is no failure */
+            zc_shm_slot_t *slot = zc_shm_slot(h->shm, s);
+            uint64_t v = atomic_load_explicit(consumed ? &slot->consumed : &slot->written,
+                                              memory_order_acquire);
+            if (s == h->local_rank || v >= target || zc_shm_peer_alive(h->shm, s))
+                continue;
+            ZC_ERROR("rank %d: %s: lost rank %d (local rank %d of this host): it left the "
+                     "host's shared memory in the %s",
+                     op->comm->rank, desc, h->local_ranks[s], s, step_names[ho->step]);
+            return zc_coll_blame(op, h->local_ranks[s], ZC_ERR_PEER);
+        }
+    }
+    if (now <= op->deadline_ns)
+        return ZC_INPROGRESS;
+    ZC_ERROR("rank %d: %s: timed out after %" PRId64 " s (ZIPCCL_TIMEOUT_S) in the %s; waiting "
+             "for %d local rank(s), furthest behind rank %d (local rank %d)",
+             op->comm->rank, desc, op->comm->cfg.timeout_s, step_names[ho->step], pending,
+             h->local_ranks[behind], behind);
+    return zc_coll_blame(op, h->local_ranks[behind], ZC_ERR_TIMEOUT);
+}
+
+/*
+ * Round @p g as far as it goes: once every rank consumed round g - 2, @p write
+ * fills this rank's buffer g % 2 and the round is published; once every rank
+ * published it, @p read takes what it needs from every slot's buffer g % 2.
+ * ZC_OK when the round is complete here.
+ */
+static zc_status_t shm_round(zc_coll_op_t *op, hier_op_t *ho, uint64_t g,
+                             void (*write)(zc_coll_op_t *, hier_op_t *, unsigned char *),
+                             void (*read)(zc_coll_op_t *, hier_op_t *, int))
+{
+    zc_hier_t *h = ho->h;
+    zc_shm_slot_t *mine = zc_shm_slot(h->shm, h->local_rank);
+    zc_status_t status;
+
+    if (!ho->wrote) {
+        if ((status = wait_slots(op, ho, 1, g > 0 ? g - 1 : 0)) != ZC_OK)
+            return status;
+        write(op, ho, zc_shm_buf(h->shm, h->local_rank, (int)(g % 2)));
+        atomic_store_explicit(&mine->written, g + 1, memory_order_release);
+        ho->wrote = 1;
+    }
+    if ((status = wait_slots(op, ho, 0, g + 1)) != ZC_OK)
+        return status;
+    uint64_t t = zc_time_ns();
+    read(op, ho, (int)(g % 2));
+    zc_coll_account(&op->stats.decode_ns, t);
+    atomic_store_explicit(&mine->consumed, g + 1, memory_order_release);
+    ho->wrote = 0;
+    return ZC_OK;
+}
+
+/* Reduce-scatter, round ho->k: piece k of every shard into this rank's slot. */
+static void scatter_write(zc_coll_op_t *op, hier_op_t *ho, unsigned char *buf)
+{
+    const size_t piece_bytes = ho->piece * ho->esize;
+    uint64_t t = zc_time_ns();
+    for (int s = 0; s < ho->h->local_size; s++) {
+        size_t n = piece_len(ho, s, ho->k, ho->piece);
+        if (n)
+            memcpy(buf + (size_t)s * piece_bytes,
+                   (const unsigned char *)op->sendbuf +
+                       (ho->off[s] + (size_t)ho->k * ho->piece) * ho->esize,
+                   n * ho->esize);
+    }
+    zc_coll_account(&op->stats.encode_ns, t);
+}
+
+/* Reduce-scatter, round ho->k: this rank's shard's pieces summed in slot order. */
+static void scatter_read(zc_coll_op_t *op, hier_op_t *ho, int which)
+{
+    zc_hier_t *h = ho->h;
+    const int L = h->local_size, me = h->local_rank;
+    const size_t at = (size_t)me * ho->piece * ho->esize;
+    size_t n = piece_len(ho, me, ho->k, ho->piece);
+    if (!n)
+        return;
+    if (ho->widen) {
+        /* in f32, in slot order; f32 input is copied and added exactly as the flat paths do */
+        float *acc = ho->acc + (size_t)ho->k * ho->piece;
+        for (int s = 0; s < L; s++) {
+            const void *src = (unsigned char *)zc_shm_buf(h->shm, s, which) + at;
+            if (s == 0)
+                zc_dtype_to_f32(op->dtype, src, n, acc);
+            else
+                zc_dtype_add_f32(op->dtype, src, n, acc);
+        }
+        return;
+    }
+    unsigned char *dst =
+        (unsigned char *)op->recvbuf + (ho->off[me] + (size_t)ho->k * ho->piece) * ho->esize;
+    const zc_redop_t rop = op->op == ZC_OP_AVG ? ZC_OP_SUM : op->op;
+    const unsigned char *first = (unsigned char *)zc_shm_buf(h->shm, 0, which) + at;
+    if (L == 1)
+        memcpy(dst, first, n * ho->esize);
+    else
+        zc_reduce_apply3(op->dtype, rop, dst, first,
+                         (unsigned char *)zc_shm_buf(h->shm, 1, which) + at, n);
+    for (int s = 2; s < L; s++)
+        zc_reduce_apply(op->dtype, rop, dst, (unsigned char *)zc_shm_buf(h->shm, s, which) + at, n);
+}
+
+/* All-gather, round ho->k: piece k of this rank's (final) shard into its slot. */
+static void gather_write(zc_coll_op_t *op, hier_op_t *ho, unsigned char *buf)
+{
+    const int me = ho->h->local_rank;
+    size_t n = piece_len(ho, me, ho->k, ho->gpiece);
+    if (n)
+        memcpy(buf,
+               (unsigned char *)op->recvbuf +
+                   (ho->off[me] + (size_t)ho->k * ho->gpiece) * ho->esize,
+               n * ho->esize);
+}
+
+/* All-gather, round ho->k: piece k of every other shard into recvbuf. */
+static void gather_read(zc_coll_op_t *op, hier_op_t *ho, int which)
+{
+    for (int s = 0; s < ho->h->local_size; s++) {
+        size_t n = piece_len(ho, s, ho->k, ho->gpiece);
+        if (s != ho->h->local_rank && n)
+            memcpy((unsigned char *)op->recvbuf +
+                       (ho->off[s] + (size_t)ho->k * ho->gpiece) * ho->esize,
+                   zc_shm_buf(ho->h->shm, s, which), n * ho->esize);
+    }
+}
+
+/* The inter-host all-reduce of this rank's shard, in place, on the communicator between hosts. */
+static zc_status_t cross_step(zc_coll_op_t *op, hier_op_t *ho)
+{
+    zc_hier_t *h = ho->h;
+    const int me = h->local_rank;
+    void *shard = (unsigned char *)op->recvbuf + ho->off[me] * ho->esize;
+
+    if (!ho->child) {
+        const zc_redop_t rop = op->op == ZC_OP_AVG ? ZC_OP_SUM : op->op;
+        void *buf = ho->widen ? (void *)ho->acc : shard;
+        ZC_CHECK(zc_op_create(h->cross, buf, buf, ho->len[me], ho->widen ? ZC_DTYPE_F32 : op->dtype,
+                              rop, op->key, &ho->child));
+        zc_op_enqueue(h->cross, ho->child);
+    }
+    zc_log_mute(1); /* its messages number ranks by host: this op tells what failed */
+    zc_comm_progress(h->cross);
+    zc_log_mute(0);
+    /* the child has a deadline of its own; this op waits for it */
+    op->deadline_ns = zc_time_ns() + (uint64_t)op->comm->cfg.timeout_s * 1000000000ull;
+    if (!zc_op_done(ho->child))
+        return ZC_INPROGRESS;
+    zc_coll_op_t *child = ho->child;
+    zc_status_t status = child->status;
+    op->stats.bytes_wire += child->stats.bytes_wire;
+    op->stats.encode_ns += child->stats.encode_ns;
+    op->stats.decode_ns += child->stats.decode_ns;
+    op->stats.err2 += child->stats.err2;
+    op->stats.norm2 += child->stats.norm2;
+    if (status == ZC_OK) {
+        op->path = child->path; /* the statistics show the codec that crossed the network */
+    } else {
+        int culprit =
+            child->culprit >= 0 && child->culprit < h->nodes ? h->cross_ranks[child->culprit] : -1;
+        char blame[32] = "";
+        if (culprit >= 0)
+            snprintf(blame, sizeof(blame), ", blamed on rank %d", culprit);
+        ZC_ERROR("rank %d: allreduce #%" PRIu64 " (%zu values): the all-reduce between hosts of "
+                 "local rank %d's shard (%s %s) failed: %s%s",
+                 op->comm->rank, op->seq, op->count, me, zc_algo_name(child->path.algo),
+                 zc_codec_name(child->path.params.codec), zc_status_string(status), blame);
+        if (culprit >= 0)
+            zc_coll_blame(op, culprit, status);
+    }
+    ho->child = NULL;
+    zc_op_free(child);
+    return status;
+}
+
+/* This rank's shard of the sum is complete: stores it in the caller's type (and averages). */
+static void shard_done(zc_coll_op_t *op, hier_op_t *ho)
+{
+    const int me = ho->h->local_rank;
+    uint64_t t = zc_time_ns();
+    if (ho->widen)
+        zc_coll_store_result(op, ho->acc, ho->len[me], ho->off[me]);
+    else if (op->op == ZC_OP_AVG)
+        zc_reduce_avg(op->dtype, (unsigned char *)op->recvbuf + ho->off[me] * ho->esize,
+                      ho->len[me], op->comm->size);
+    zc_coll_account(&op->stats.decode_ns, t);
+}
+
+static zc_status_t hier_progress(zc_coll_op_t *op)
+{
+    hier_op_t *ho = op->priv;
+    zc_status_t status = ZC_OK;
+
+    while (status == ZC_OK && ho->step != STEP_DONE) {
+        switch (ho->step) {
+        case STEP_SCATTER:
+            if (ho->k == ho->rs_rounds) {
+                ho->step = STEP_CROSS;
+                ho->k = 0;
+                break;
+            }
+            status = shm_round(op, ho, ho->h->round + ho->k, scatter_write, scatter_read);
+            ho->k += status == ZC_OK;
+            break;
+        case STEP_CROSS:
+            if (ho->h->nodes > 1)
+                status = cross_step(op, ho);
+            if (status == ZC_OK) {
+                shard_done(op, ho);
+                ho->step = STEP_GATHER;
+            }
+            break;
+        case STEP_GATHER:
+            if (ho->k == ho->ag_rounds) {
+                ho->h->round += ho->rs_rounds + ho->ag_rounds;
+                ho->step = STEP_DONE;
+                break;
+            }
+            status =
+                shm_round(op, ho, ho->h->round + ho->rs_rounds + ho->k, gather_write, gather_read);
+            ho->k += status == ZC_OK;
+            break;
+        }
+    }
+    return status;
+}
+
+static void hier_fini(zc_coll_op_t *op)
+{
+    hier_op_t *ho = op->priv;
+    if (!ho)
+        return;
+    if (ho->child) {
+        /* this op failed while its shard was between hosts: the inter-host communicator
+         * fails that call too (its peers learn it from this communicator's abort) */
+        zc_comm_t *cross = ho->h->cross;
+        if (!cross->broken) {
+            cross->broken = ZC_ERR_PEER;
+            snprintf(cross->broken_why, sizeof(cross->broken_why), "%s", op->comm->broken_why);
+        }
+        zc_log_mute(1);
+        while (!zc_op_done(ho->child))
+            zc_comm_progress(cross);
+        zc_log_mute(0);
+        zc_op_free(ho->child);
+    }
+    if (ho->acc && op->dtype != ZC_DTYPE_F32)
+        zc_coll_defer_free(op, ho->acc); /* the inter-host transfers may have written into it */
+    free(ho->off);
+    free(ho->len);
+    free(ho);
+    op->priv = NULL;
+}
+
+const zc_algo_t zc_algo_hier = {
+    .start = hier_start,
+    .progress = hier_progress,
+    .fini = hier_fini,
+};

@@ -1,0 +1,60 @@
+/*
+ * Hierarchical all-reduce (docs/collectives.md, "Hierarchical"): the ranks of
+ * a host reduce through shared memory of their own (transport/shm), each local
+ * rank all-reduces its shard of the sum with the ranks of the same local rank
+ * on the other hosts (a communicator of its own, flat, with the configured
+ * codec and algorithm), and the host's ranks gather the shards back through
+ * shared memory.
+ *
+ * zc_hier_create groups the ranks by host at communicator creation
+ * (collective); zc_hier_route sends an op down this path when the communicator
+ * has one and the call qualifies.
+ */
+#ifndef ZC_COLLECTIVES_HIER_H
+#define ZC_COLLECTIVES_HIER_H
+
+#include "collectives/coll.h"
+
+/* What a communicator knows of its hosts. */
+typedef struct zc_hier zc_hier_t;
+
+/*
+ * Groups @p comm's ranks by host (the identities of zc_topo_host_id, or
+ * ZIPCCL_HOST_ID), logs the groups at info level, and, when ZIPCCL_TOPOLOGY
+ * asks for it (auto: two hosts or more, every host with the same number, two
+ * or more, of ranks), sets up the host's shared memory and the communicator
+ * between hosts. Collective over comm->bs, after the transport is up. Writes
+ * NULL into @p hier_p for a flat communicator. Errors: ZIPCCL_TOPOLOGY=
+ * hierarchical with unequal hosts (ZC_ERR_INVALID_CONFIG), shared memory or
+ * the inter-host communicator failing (logged; auto then stays flat when every
+ * rank could not set up its shared memory), bootstrap errors.
+ */
+zc_status_t zc_hier_create(zc_comm_t *comm, zc_hier_t **hier_p);
+
+/* Frees @p hier, its communicator and its shared memory; NULL is allowed. */
+void zc_hier_destroy(zc_hier_t *hier);
+
+/*
+ * Called by the driver once an op's path is final: on a hierarchical
+ * communicator, an all-reduce of at least one value per local rank (not a
+ * control op) takes zc_algo_hier with a raw path in its header (the codec and
+ * algorithm are the inter-host communicator's). Decided from the call alone:
+ * identical on every rank.
+ */
+void zc_hier_route(zc_coll_op_t *op);
+
+/* The groups, for zipccl-info and tests: 0 and the values, or -1 on a flat communicator. */
+int zc_hier_groups(const zc_hier_t *hier, int *local_rank_p, int *local_size_p, int *node_p,
+                   int *nodes_p);
+
+/*
+ * The L2 norm over every error-feedback residual of @p comm and of its
+ * communicator between hosts (which holds the residuals of the hierarchical
+ * calls), and the values both sent out of band: what the statistics report.
+ */
+double zc_comm_residual_norm(const zc_comm_t *comm);
+uint64_t zc_comm_oob_values(const zc_comm_t *comm);
+
+extern const zc_algo_t zc_algo_hier; /* hier.c */
+
+#endif
