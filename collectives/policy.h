@@ -1,9 +1,10 @@
 /*
  * The policy: for each all-reduce, whether to compress, with which codec and
  * which algorithm. Decisions depend only on the call (count, dtype, op) and on
- * numbers every rank holds identically (the configuration and the
- * measurements rank 0 broadcast at init), so every rank decides the same; the
- * call header checks it anyway.
+ * numbers every rank holds identically (the configuration, the measurements
+ * the ranks agreed on at init, and what a tensor's own calls measured, agreed
+ * in its call headers: zc_policy_learned_t), so every rank decides the same;
+ * the call header checks it anyway.
  *
  * Cost model (docs/collectives.md): for n ranks, B input bytes (f32), link
  * bandwidth W, L the seconds of one ring step of small messages and M of one
