@@ -165,7 +165,7 @@ static double path_cost_r(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id
         return header + powersgd_cost(pol, count);
 
     const double r = learned_or(lr ? lr->ratio : NULL, codec, in->ratio[codec]);
-    /* the tensor's own calls' speeds, once the ranks agreed on them (zc_policy_learn_speed) */
+    /* the tensor's own calls' speeds, once the ranks agreed on them (zc_policy_agree_speed) */
     const double E = learned_or(lr ? lr->enc_bw : NULL, codec, in->enc_bw[codec]);
     const double D = learned_or(lr ? lr->dec_bw : NULL, codec, in->dec_bw[codec]);
     const double P = r * B; /* payload bytes of the whole vector */
