@@ -41,6 +41,7 @@ typedef struct call_header {
 } call_header_t;
 
 #define HEADER_MAGIC 0x5a43414cu /* "ZCAL" */
+_Static_assert(sizeof(call_header_t) == ZC_COLL_HEADER_BYTES, "coll.h states the header's size");
 
 /*
  * Why a rank failed an op, sent to every peer (docs/failures.md). Its tag has
