@@ -55,6 +55,8 @@ typedef struct zc_coll_abort zc_coll_abort_t;
 #define ZC_COLL_MAX_STEP ((1u << ZC_COLL_STEP_BITS) - 2) /* the last step value is the header's */
 #define ZC_COLL_MAX_CHUNKS (1u << ZC_COLL_CHUNK_BITS)
 #define ZC_COLL_HEADER_STEP ((1u << ZC_COLL_STEP_BITS) - 1)
+/* Bytes of the call header each rank sends every peer before an op's data (op.c). */
+#define ZC_COLL_HEADER_BYTES 56
 
 /* An algorithm's implementation; its id, name and codecs are algo.h's and policy.c's. */
 typedef struct zc_algo {

@@ -36,9 +36,13 @@ typedef struct call_header {
     uint32_t algo;
     uint32_t codec;
     uint32_t params_hash; /* zc_codec_params_hash: the codec params on the wire */
+    /* not compared: this rank's encode and decode speeds on the tensor's previous call (f32
+     * bytes/s; 0: none), from which every rank learns the same (learn_speeds) */
+    double enc_bw, dec_bw;
 } call_header_t;
 
 #define HEADER_MAGIC 0x5a43414cu /* "ZCAL" */
+_Static_assert(sizeof(call_header_t) == ZC_COLL_HEADER_BYTES, "coll.h states the header's size");
 
 /*
  * Why a rank failed an op, sent to every peer (docs/failures.md). Its tag has
@@ -143,16 +147,17 @@ static zc_status_t op_prepare(zc_coll_op_t *op)
     op->rng.counter = (uint32_t)op->seq;
     /*
      * Decided again now that the op is next in line: with what the tensor's
-     * earlier calls measured (zc_policy_choose_learned), which every rank
-     * holds alike, as it ran the same calls.
+     * earlier calls measured (zc_policy_choose_tensor: ratios, speeds), which
+     * every rank holds alike, as it ran the same calls.
      */
     if (!op->control) {
         static const double none[ZC_CODEC_COUNT];
-        const double *learned = zc_state_learned_ratios(comm->store, op->key, op->count, op->dtype);
-        op->path = zc_policy_choose_learned(&comm->policy, op->count, op->dtype, op->op,
-                                            learned ? learned : none);
-        zc_policy_note(&comm->policy, op->count, op->dtype, op->op, &op->path,
-                       learned ? learned : none);
+        const zc_tensor_state_t *ts = zc_state_find(comm->store, op->key, op->count, op->dtype);
+        const zc_policy_learned_t lr = {.ratio = ts ? ts->learned_ratio : none,
+                                        .enc_bw = ts ? ts->learned_enc_bw : NULL,
+                                        .dec_bw = ts ? ts->learned_dec_bw : NULL};
+        op->path = zc_policy_choose_tensor(&comm->policy, op->count, op->dtype, op->op, &lr);
+        zc_policy_note(&comm->policy, op->count, op->dtype, op->op, &op->path, &lr);
         op->algo = algos[op->path.algo];
     }
     zc_hier_route(op);
@@ -185,6 +190,8 @@ static zc_status_t header_start(zc_coll_op_t *op)
         .algo = (uint32_t)op->path.algo,
         .codec = (uint32_t)op->path.params.codec,
         .params_hash = zc_codec_params_hash(&op->path.params),
+        .enc_bw = op->tstate ? op->tstate->own_enc_bw : 0.0,
+        .dec_bw = op->tstate ? op->tstate->own_dec_bw : 0.0,
     };
 
     op->hdr_buf = calloc(peers + 1, sizeof(call_header_t));
@@ -256,6 +263,44 @@ static zc_status_t header_check(zc_coll_op_t *op)
         }
     }
     return ZC_OK;
+}
+
+/*
+ * The agreed headers carried every rank's speeds on the tensor's previous call:
+ * the slowest rank's become the tensor's learned ones (zc_policy_agree_speed),
+ * alike on every rank, which all hold the same headers. Costs no message.
+ */
+static void learn_speeds(zc_coll_op_t *op)
+{
+    const call_header_t *h = op->hdr_buf;
+    zc_tensor_state_t *ts = op->tstate;
+    double enc = h->enc_bw, dec = h->dec_bw;
+
+    if (!ts)
+        return;
+    for (int i = 1; i < op->comm->size; i++) {
+        enc = ZC_MIN(enc, h[i].enc_bw);
+        dec = ZC_MIN(dec, h[i].dec_bw);
+    }
+    if (!(enc > 0) || !(dec > 0))
+        return;
+    const zc_codec_id_t c = ts->params.codec;
+    ts->learned_enc_bw[c] = zc_policy_agree_speed(ts->learned_enc_bw[c], enc);
+    ts->learned_dec_bw[c] = zc_policy_agree_speed(ts->learned_dec_bw[c], dec);
+}
+
+/* This rank's speeds on @p op's codec work (zc_policy_codec_work), for the tensor's next call. */
+static void measure_speeds(zc_coll_op_t *op)
+{
+    zc_tensor_state_t *ts = op->tstate;
+    double enc_bytes, dec_bytes;
+
+    zc_policy_codec_work(&op->comm->policy, op->path.algo, op->count, &enc_bytes, &dec_bytes);
+    /* the tensor's first call (allocations, page faults) is a warm-up, not a measurement */
+    if (ts->calls == 0 || !(enc_bytes > 0) || !op->stats.encode_ns || !op->stats.decode_ns)
+        return;
+    ts->own_enc_bw = enc_bytes / ((double)op->stats.encode_ns * 1e-9);
+    ts->own_dec_bw = dec_bytes / ((double)op->stats.decode_ns * 1e-9);
 }
 
 zc_status_t zc_coll_blame(zc_coll_op_t *op, int peer, zc_status_t status)
@@ -756,6 +801,7 @@ static void op_finish(zc_coll_op_t *op, zc_status_t status)
     op->phase = PHASE_DONE;
     if (status == ZC_OK && !op->control) {
         if (op->tstate) {
+            measure_speeds(op);
             op->tstate->calls++;
             zc_state_note_ratio(op->tstate, &op->path.params);
         }
@@ -809,6 +855,7 @@ static zc_status_t op_advance(zc_coll_op_t *op)
             op->phase = PHASE_AGREED_FAIL;
             goto fail;
         }
+        learn_speeds(op);
         op->phase = PHASE_ALGO;
         ZC_CHECK_GOTO(op->algo->start(op), status, fail);
         /* fall through */

@@ -131,6 +131,12 @@ static int powersgd_pays(const zc_policy_t *pol, size_t count)
     return s.rows >= 2 && s.cols >= 2 && 2 * (zc_powersgd_factor_values(&s) + 1) <= count;
 }
 
+/* @p learned[codec] where measured (> 0), else @p dflt. */
+static double learned_or(const double *learned, zc_codec_id_t codec, double dflt)
+{
+    return learned && learned[codec] > 0 ? learned[codec] : dflt;
+}
+
 /*
  * Modelled seconds of @p algo with @p codec on @p count values whose raw form
  * is @p elem bytes each. Codec speeds and ratios are per f32 input byte
@@ -142,7 +148,7 @@ static int powersgd_pays(const zc_policy_t *pol, size_t count)
  * the overlap of pipelining, so compression is modelled slightly pessimistically.
  */
 static double path_cost_r(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec,
-                          double count, double elem, const double *learned)
+                          double count, double elem, const zc_policy_learned_t *lr)
 {
     const zc_policy_inputs_t *in = &pol->in;
     const double n = pol->nranks, W = in->link_bw, L = step_lat(pol);
@@ -158,8 +164,10 @@ static double path_cost_r(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id
     if (algo == ZC_ALGO_POWERSGD)
         return header + powersgd_cost(pol, count);
 
-    const double r = learned && learned[codec] > 0 ? learned[codec] : in->ratio[codec];
-    const double E = in->enc_bw[codec], D = in->dec_bw[codec];
+    const double r = learned_or(lr ? lr->ratio : NULL, codec, in->ratio[codec]);
+    /* the tensor's own calls' speeds, once the ranks agreed on them (zc_policy_agree_speed) */
+    const double E = learned_or(lr ? lr->enc_bw : NULL, codec, in->enc_bw[codec]);
+    const double D = learned_or(lr ? lr->dec_bw : NULL, codec, in->dec_bw[codec]);
     const double P = r * B; /* payload bytes of the whole vector */
     /* codecs that share scales (qsgd-int): a ring all-reduce of their maximum first */
     const double S = 4.0 * (double)zc_codec_shared_scales(&pol->params[codec], (uint64_t)count);
@@ -172,6 +180,18 @@ static double path_cost_r(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id
     default: /* scatter: shards out, owner decodes and re-encodes its shard, all-gather, decode */
         return header + B / E + M + (n - 1.0) * P / (n * W) + B / D + B / (n * E) + M +
                (n - 1.0) * P / (n * W) + B / D;
+    }
+}
+
+void zc_policy_codec_work(const zc_policy_t *pol, zc_algo_id_t algo, size_t count,
+                          double *enc_bytes, double *dec_bytes)
+{
+    const double n = pol->nranks, B = 4.0 * (double)count;
+    switch (algo) {
+    case ZC_ALGO_COMPRESSED_RING: *enc_bytes = B, *dec_bytes = B; break;
+    case ZC_ALGO_ALLGATHER: *enc_bytes = B, *dec_bytes = n * B; break;
+    case ZC_ALGO_SCATTER: *enc_bytes = B + B / n, *dec_bytes = 2.0 * B; break;
+    default: *enc_bytes = 0, *dec_bytes = 0; break;
     }
 }
 
@@ -218,7 +238,7 @@ static zc_path_t make_path(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_i
  * cheaper, so ties resolve the same way on every rank.
  */
 static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, size_t ncodecs,
-                          int with_raw, double count, double elem, const double *learned)
+                          int with_raw, double count, double elem, const zc_policy_learned_t *lr)
 {
     zc_algo_id_t best_algo = ZC_ALGO_RAW_RING;
     zc_codec_id_t best_codec = ZC_CODEC_NONE;
@@ -229,7 +249,7 @@ static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, s
             if (pol->algo_cfg != ZC_POLICY_ALGO_AUTO &&
                 a != (int)zc_algo_from_choice(pol->algo_cfg))
                 continue;
-            double c = path_cost_r(pol, (zc_algo_id_t)a, codecs[i], count, elem, learned);
+            double c = path_cost_r(pol, (zc_algo_id_t)a, codecs[i], count, elem, lr);
             if (c < best) {
                 best = c;
                 best_algo = (zc_algo_id_t)a;
@@ -253,12 +273,12 @@ static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, s
  * user's call.
  */
 static zc_path_t powersgd_auto(const zc_policy_t *pol, size_t count, double elem,
-                               const zc_path_t *best, const double *learned)
+                               const zc_path_t *best, const zc_policy_learned_t *lr)
 {
     int take = pol->auto_lowrank && powersgd_pays(pol, count) &&
                powersgd_cost(pol, (double)count) <
-                   (1.0 - RAW_MIN_GAIN) * path_cost_r(pol, best->algo, best->params.codec,
-                                                      (double)count, elem, learned);
+                   (1.0 - RAW_MIN_GAIN) *
+                       path_cost_r(pol, best->algo, best->params.codec, (double)count, elem, lr);
     /* made afresh either way: a struct copy need not copy padding, which callers compare */
     return take ? make_path(pol, ZC_ALGO_POWERSGD, ZC_CODEC_POWERSGD)
                 : make_path(pol, best->algo, best->params.codec);
@@ -272,6 +292,15 @@ zc_path_t zc_policy_choose(const zc_policy_t *pol, size_t count, zc_dtype_t dtyp
 zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtype_t dtype,
                                    zc_redop_t op, const double *learned)
 {
+    const zc_policy_learned_t lr = {.ratio = learned};
+    return zc_policy_choose_tensor(pol, count, dtype, op, &lr);
+}
+
+zc_path_t zc_policy_choose_tensor(const zc_policy_t *pol, size_t count, zc_dtype_t dtype,
+                                  zc_redop_t op, const zc_policy_learned_t *lr)
+{
+    const double *learned = lr ? lr->ratio : NULL;
+
     if (!eligible(pol, count, dtype, op))
         return make_path(pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE);
 
@@ -307,7 +336,7 @@ zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtyp
          * all the same, so that its tests exercise it */
         const zc_codec_id_t pair[] = {codec, zc_codec_ring_codec(codec)};
         size_t npair = pair[1] != ZC_CODEC_NONE && pair[1] != codec ? 2 : 1;
-        return cheapest(pol, pair, npair, pol->nranks > 1, n, elem, learned);
+        return cheapest(pol, pair, npair, pol->nranks > 1, n, elem, lr);
     }
 
     if (pol->nranks < 2)
@@ -339,9 +368,9 @@ zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtyp
      * raw ring (and round f16's mantissa away): only qsgd (and qsgd-int) can
      * gain there.
      */
-    zc_path_t best = elem == 2.0 ? cheapest(pol, auto_codecs + 1, ncodecs - 1, 1, n, elem, learned)
-                                 : cheapest(pol, auto_codecs, ncodecs, 1, n, elem, learned);
-    return powersgd_auto(pol, count, elem, &best, learned);
+    zc_path_t best = elem == 2.0 ? cheapest(pol, auto_codecs + 1, ncodecs - 1, 1, n, elem, lr)
+                                 : cheapest(pol, auto_codecs, ncodecs, 1, n, elem, lr);
+    return powersgd_auto(pol, count, elem, &best, lr);
 }
 
 /* ---------------------------------------------------------------- classes and the decision log */
@@ -366,8 +395,16 @@ void zc_policy_round_inputs(zc_policy_inputs_t *in)
     }
 }
 
+double zc_policy_agree_speed(double prev, double slowest)
+{
+    if (!(slowest > 0) || !isfinite(slowest))
+        return prev;
+    const double c = round_class(slowest);
+    return prev > 0 && prev < c ? prev : c;
+}
+
 void zc_policy_note(zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t op,
-                    const zc_path_t *path, const double *learned)
+                    const zc_path_t *path, const zc_policy_learned_t *lr)
 {
     if (!pol->log_decisions || !eligible(pol, count, dtype, op) || !ZC_LOG_ENABLED(ZC_LOG_INFO))
         return;
@@ -391,18 +428,22 @@ void zc_policy_note(zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t
         return;
 
     const double elem = (double)zc_dtype_size(dtype), n = (double)count;
-    const double cost = path_cost_r(pol, path->algo, path->params.codec, n, elem, learned);
+    const double cost = path_cost_r(pol, path->algo, path->params.codec, n, elem, lr);
     const double raw = path_cost(pol, ZC_ALGO_RAW_RING, ZC_CODEC_NONE, n, elem);
-    char was[48] = "first call";
+    char was[48] = "first call", speeds[80] = "";
+    const zc_codec_id_t pc = path->params.codec;
+    if (lr && lr->enc_bw && lr->dec_bw && lr->enc_bw[pc] > 0 && lr->dec_bw[pc] > 0)
+        snprintf(speeds, sizeof(speeds), "; the tensor's %s enc %.3g GB/s dec %.3g GB/s",
+                 zc_codec_name(pc), lr->enc_bw[pc] * 1e-9, lr->dec_bw[pc] * 1e-9);
     if (slot->used)
         snprintf(was, sizeof(was), "was %s%s%s", zc_algo_name((zc_algo_id_t)slot->algo),
                  slot->algo == ZC_ALGO_RAW_RING ? "" : "/",
                  slot->algo == ZC_ALGO_RAW_RING ? "" : zc_codec_name((zc_codec_id_t)slot->codec));
-    ZC_INFO("policy: %zu x %s sums go %s%s%s (%s): modelled %.3g ms, raw ring %.3g ms%s", count,
+    ZC_INFO("policy: %zu x %s sums go %s%s%s (%s): modelled %.3g ms, raw ring %.3g ms%s%s", count,
             zc_dtype_name(dtype), zc_algo_name(path->algo),
             path->algo == ZC_ALGO_RAW_RING ? "" : "/",
             path->algo == ZC_ALGO_RAW_RING ? "" : zc_codec_name(path->params.codec), was,
-            cost * 1e3, raw * 1e3,
+            cost * 1e3, raw * 1e3, speeds,
             pol->codec_cfg == ZC_POLICY_CODEC_AUTO || pol->algo_cfg == ZC_POLICY_ALGO_AUTO
                 ? ""
                 : " (configured)");

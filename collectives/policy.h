@@ -1,9 +1,10 @@
 /*
  * The policy: for each all-reduce, whether to compress, with which codec and
  * which algorithm. Decisions depend only on the call (count, dtype, op) and on
- * numbers every rank holds identically (the configuration and the
- * measurements rank 0 broadcast at init), so every rank decides the same; the
- * call header checks it anyway.
+ * numbers every rank holds identically (the configuration, the measurements
+ * the ranks agreed on at init, and what a tensor's own calls measured, agreed
+ * in its call headers: zc_policy_learned_t), so every rank decides the same;
+ * the call header checks it anyway.
  *
  * Cost model (docs/collectives.md): for n ranks, B input bytes (f32), link
  * bandwidth W, L the seconds of one ring step of small messages and M of one
@@ -60,6 +61,19 @@ typedef struct zc_policy_seen {
 } zc_policy_seen_t;
 
 #define ZC_POLICY_SEEN 1024 /* sizes the decision log follows */
+
+/*
+ * What a tensor's own calls measured, per codec (0 or a NULL array: not
+ * measured), identical on every rank: ratios (zc_tensor_state_t.learned_ratio)
+ * and encode and decode speeds the ranks agreed on (zc_policy_agree_speed;
+ * zc_tensor_state_t.learned_enc_bw, learned_dec_bw). Each replaces the init
+ * measurement of its codec in the cost model.
+ */
+typedef struct zc_policy_learned {
+    const double *ratio;
+    const double *enc_bw;
+    const double *dec_bw;
+} zc_policy_learned_t;
 
 typedef struct zc_policy {
     int nranks;
@@ -150,6 +164,37 @@ zc_path_t zc_policy_choose_learned(const zc_policy_t *pol, size_t count, zc_dtyp
                                    zc_redop_t op, const double *learned);
 
 /*
+ * zc_policy_choose_learned with every number the tensor's own calls measured
+ * (@p lr, or NULL: none): its learned ratios, and the encode and decode speeds
+ * its calls measured in place of init's (a 64 MiB encode under contention runs
+ * several times slower than init's 4 MiB on one rank alone).
+ */
+zc_path_t zc_policy_choose_tensor(const zc_policy_t *pol, size_t count, zc_dtype_t dtype,
+                                  zc_redop_t op, const zc_policy_learned_t *lr);
+
+/*
+ * The f32 input bytes a call of @p algo on @p count values encodes and decodes,
+ * as the cost model counts them (the B / E and B / D terms: the all-gather
+ * decodes n payloads, the scatter encodes its shard again and decodes twice);
+ * 0 for raw and PowerSGD, whose speeds are not learned. A call's encode and
+ * decode seconds divided into them are speeds with which the model reproduces
+ * that call's codec time.
+ */
+void zc_policy_codec_work(const zc_policy_t *pol, zc_algo_id_t algo, size_t count,
+                          double *enc_bytes, double *dec_bytes);
+
+/*
+ * A tensor's learned speed after a call whose headers carried @p slowest, the
+ * lowest of the speeds every rank measured on its previous call of the tensor
+ * (0: a rank had none): @p slowest rounded to its class (zc_policy_round_inputs),
+ * but never above @p prev (the tensor's learned speed so far, 0: none), so
+ * that a path measured faster under one algorithm does not send the tensor
+ * back and forth between two; @p prev when @p slowest is 0. Pure arithmetic
+ * on numbers every rank holds alike: every rank learns the same.
+ */
+double zc_policy_agree_speed(double prev, double slowest);
+
+/*
  * Rounds every measured rate of @p in (link, add, codec speeds; not the ratios,
  * which follow from fixed data and draws) to the nearest power of 2^(1/4), so
  * that runs whose measurements differ within a class take the same decisions.
@@ -160,10 +205,11 @@ void zc_policy_round_inputs(zc_policy_inputs_t *in);
  * With pol->log_decisions (rank 0 after zc_policy_init), logs at info level
  * the first path of each eligible (count, type) and every change of it (the
  * tensor's learned ratio can change it), with the modelled seconds of the path
- * and of the raw ring. @p learned as zc_policy_choose_learned's (or NULL).
+ * and of the raw ring, and the tensor's learned speeds when the path's codec
+ * has some. @p lr as zc_policy_choose_tensor's (or NULL).
  */
 void zc_policy_note(zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t op,
-                    const zc_path_t *path, const double *learned);
+                    const zc_path_t *path, const zc_policy_learned_t *lr);
 
 /* Modelled seconds of @p path on @p bytes of f32 input (for the log, the tests and allreduce_perf).
  */

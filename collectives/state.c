@@ -113,13 +113,16 @@ zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc
 
     while (ts && ts->key != key)
         ts = ts->hash_next;
-    double learned[ZC_CODEC_COUNT] = {0};
+    double learned[ZC_CODEC_COUNT] = {0}, enc[ZC_CODEC_COUNT] = {0}, dec[ZC_CODEC_COUNT] = {0};
     if (ts &&
         (ts->count != count || ts->dtype != dtype || !zc_codec_params_equal(&ts->params, params))) {
         ZC_DEBUG("state: tensor %016" PRIx64 " changed (count %zu -> %zu): state reset", key,
                  ts->count, count);
-        if (ts->count == count && ts->dtype == dtype) /* another codec: its measurements hold */
+        if (ts->count == count && ts->dtype == dtype) { /* another codec: its measurements hold */
             memcpy(learned, ts->learned_ratio, sizeof(learned));
+            memcpy(enc, ts->learned_enc_bw, sizeof(enc));
+            memcpy(dec, ts->learned_dec_bw, sizeof(dec));
+        }
         tensor_drop(store, ts);
         ts = NULL;
     }
@@ -132,6 +135,8 @@ zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc
         ts->dtype = dtype;
         ts->params = *params;
         memcpy(ts->learned_ratio, learned, sizeof(learned));
+        memcpy(ts->learned_enc_bw, enc, sizeof(enc));
+        memcpy(ts->learned_dec_bw, dec, sizeof(dec));
         size_t b = bucket_of(key);
         ts->hash_next = store->buckets[b];
         store->buckets[b] = ts;
@@ -144,14 +149,21 @@ zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc
     return ZC_OK;
 }
 
-const double *zc_state_learned_ratios(const zc_state_store_t *store, uint64_t key, size_t count,
-                                      zc_dtype_t dtype)
+const zc_tensor_state_t *zc_state_find(const zc_state_store_t *store, uint64_t key, size_t count,
+                                       zc_dtype_t dtype)
 {
     const zc_tensor_state_t *ts = store->buckets[bucket_of(key)];
 
     while (ts && ts->key != key)
         ts = ts->hash_next;
-    return ts && ts->count == count && ts->dtype == dtype ? ts->learned_ratio : NULL;
+    return ts && ts->count == count && ts->dtype == dtype ? ts : NULL;
+}
+
+const double *zc_state_learned_ratios(const zc_state_store_t *store, uint64_t key, size_t count,
+                                      zc_dtype_t dtype)
+{
+    const zc_tensor_state_t *ts = zc_state_find(store, key, count, dtype);
+    return ts ? ts->learned_ratio : NULL;
 }
 
 void zc_state_note_ratio(zc_tensor_state_t *ts, const zc_codec_params_t *params)

@@ -36,6 +36,16 @@ typedef struct zc_tensor_state {
      * the state is reset for other codec parameters.
      */
     double learned_ratio[ZC_CODEC_COUNT];
+    /*
+     * Per codec: f32 input bytes/s of encode and decode on this tensor's calls,
+     * the slowest rank's, as the ranks agreed (zc_policy_agree_speed, in the
+     * call header exchange); 0: not yet. Kept like learned_ratio.
+     */
+    double learned_enc_bw[ZC_CODEC_COUNT];
+    double learned_dec_bw[ZC_CODEC_COUNT];
+    /* this rank's own speeds on the tensor's last call (of codec params.codec), sent in the next
+     * call's header; 0: none yet (the first call, a warm-up, is not measured). Rank-local. */
+    double own_enc_bw, own_dec_bw;
 
     /* store's */
     size_t nslots;
@@ -61,6 +71,13 @@ zc_status_t zc_state_get(zc_state_store_t *store, uint64_t key, size_t count, zc
  */
 const double *zc_state_learned_ratios(const zc_state_store_t *store, uint64_t key, size_t count,
                                       zc_dtype_t dtype);
+
+/*
+ * The state of tensor @p key if the store holds it with @p count values of
+ * @p dtype (its learned numbers: zc_policy_learned_t); NULL if not. Changes nothing.
+ */
+const zc_tensor_state_t *zc_state_find(const zc_state_store_t *store, uint64_t key, size_t count,
+                                       zc_dtype_t dtype);
 
 /*
  * Records in @p ts the ratio its slots' states learned (their learned ratios

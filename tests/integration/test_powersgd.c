@@ -30,6 +30,7 @@
 #include "rank_check.h"
 
 #include "codec/powersgd/powersgd.h"
+#include "collectives/coll.h"
 #include "common/half.h"
 #include "common/philox.h"
 #include "common/timer.h"
@@ -255,11 +256,11 @@ static int ranks_main(int rank, int size, void *arg)
     }
     CHECK(zc_comm_stats(comm, &st) == ZC_OK, "stats");
     /*
-     * Exactly what went out since: 4 calls of a 40-byte header to each peer and the rounds
+     * Exactly what went out since: 4 calls of a call header to each peer and the rounds
      * of P (R r values and the flag) and Q (C r values), and 8 u64 hash calls on the raw
      * ring; the warm-up sent the whole tensor.
      */
-    const uint64_t hdr = 40 * (uint64_t)(nranks - 1);
+    const uint64_t hdr = ZC_COLL_HEADER_BYTES * (uint64_t)(nranks - 1);
     const uint64_t expect =
         4 * (hdr + ring_bytes(ROWS * 4 + 1, 4, rank) + ring_bytes(COLS * 4, 4, rank)) +
         8 * (hdr + ring_bytes(1, 8, rank));

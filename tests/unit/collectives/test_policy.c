@@ -1333,14 +1333,15 @@ Test(policy, decision_changes_are_logged_once)
     zc_policy_t pol = slow_link(4, ZC_CODEC_GRADIVEQ, ZC_POLICY_ALGO_AUTO);
     const size_t n = (size_t)16 << 20;
     double learned[ZC_CODEC_COUNT] = {0};
+    const zc_policy_learned_t lr = {.ratio = learned};
 
     zc_path_t p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
-    zc_policy_note(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &p, learned);
+    zc_policy_note(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &p, &lr);
     cr_assert_eq(captured(ZC_LOG_INFO, "sums go"), 0, "only rank 0 logs (log_decisions)");
 
     pol.log_decisions = 1;
     for (int i = 0; i < 3; i++)
-        zc_policy_note(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &p, learned);
+        zc_policy_note(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &p, &lr);
     cr_assert_eq(captured(ZC_LOG_INFO, "sums go"), 1);
     cr_assert_not_null(
         captured_msg(ZC_LOG_INFO, "16777216 x f32 sums go ring/gradiveq (first call)"));
@@ -1349,14 +1350,104 @@ Test(policy, decision_changes_are_logged_once)
     learned[ZC_CODEC_GRADIVEQ] = 4.0;
     p = zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, learned);
     for (int i = 0; i < 3; i++)
-        zc_policy_note(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &p, learned);
+        zc_policy_note(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &p, &lr);
     cr_assert_eq(captured(ZC_LOG_INFO, "sums go"), 2);
     const char *msg = captured_msg(ZC_LOG_INFO, "sums go raw (was ring/gradiveq)");
     cr_assert_not_null(msg);
     cr_assert(strstr(msg, "modelled") && strstr(msg, "raw ring"), "%s", msg);
 
     /* another size is its own line; ineligible calls (integers) are not decisions */
-    zc_policy_note(&pol, n / 2, ZC_DTYPE_F32, ZC_OP_SUM, &p, learned);
-    zc_policy_note(&pol, n, ZC_DTYPE_I32, ZC_OP_SUM, &p, learned);
+    zc_policy_note(&pol, n / 2, ZC_DTYPE_F32, ZC_OP_SUM, &p, &lr);
+    zc_policy_note(&pol, n, ZC_DTYPE_I32, ZC_OP_SUM, &p, &lr);
     cr_assert_eq(captured(ZC_LOG_INFO, "sums go"), 3);
+}
+
+/*
+ * Issue 21: the tensor's own calls' speeds replace init's. On 4 ranks at 1 Gb/s top-k's 64 MiB
+ * sums go scatter at init's speeds (its re-encode of a shard is cheap there); a tensor whose
+ * encode measured 4x slower (64 MiB under contention, docs/results.md) goes all-gather, which
+ * encodes once; a tensor that measured init's speeds, none, or only another codec's, stays.
+ */
+Test(policy, learned_speeds_switch_topk_from_scatter_to_allgather)
+{
+    zc_policy_t pol = slow_link(4, ZC_CODEC_TOPK, ZC_POLICY_ALGO_AUTO);
+    const size_t n = (size_t)16 << 20; /* 64 MiB of f32 */
+    const double ratio[ZC_CODEC_COUNT] = {0};
+    double enc[ZC_CODEC_COUNT] = {0}, dec[ZC_CODEC_COUNT] = {0};
+    const zc_policy_learned_t lr = {.ratio = ratio, .enc_bw = enc, .dec_bw = dec};
+
+    zc_path_t p = zc_policy_choose_tensor(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, NULL);
+    cr_assert_eq(p.algo, ZC_ALGO_SCATTER, "init's speeds: %s", zc_algo_name(p.algo));
+    p = zc_policy_choose_tensor(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &lr);
+    cr_assert_eq(p.algo, ZC_ALGO_SCATTER, "nothing learned: %s", zc_algo_name(p.algo));
+
+    enc[ZC_CODEC_TOPK] = pol.in.enc_bw[ZC_CODEC_TOPK];
+    dec[ZC_CODEC_TOPK] = pol.in.dec_bw[ZC_CODEC_TOPK];
+    p = zc_policy_choose_tensor(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &lr);
+    cr_assert_eq(p.algo, ZC_ALGO_SCATTER, "learned init's speeds: %s", zc_algo_name(p.algo));
+
+    /* another codec's slow encode is not top-k's */
+    enc[ZC_CODEC_QSGD] = pol.in.enc_bw[ZC_CODEC_QSGD] / 4;
+    p = zc_policy_choose_tensor(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &lr);
+    cr_assert_eq(p.algo, ZC_ALGO_SCATTER, "qsgd slower: %s", zc_algo_name(p.algo));
+
+    enc[ZC_CODEC_TOPK] = pol.in.enc_bw[ZC_CODEC_TOPK] / 4;
+    p = zc_policy_choose_tensor(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, &lr);
+    cr_assert_eq(p.algo, ZC_ALGO_ALLGATHER, "top-k encode 4x slower: %s", zc_algo_name(p.algo));
+    cr_assert_eq(p.params.codec, ZC_CODEC_TOPK);
+    /* the model reads the learned speed: all-gather's encode term is 4x init's */
+    const double init_ag = zc_policy_cost(&pol, ZC_ALGO_ALLGATHER, ZC_CODEC_TOPK, 4 * n);
+    const double learned_ag =
+        init_ag + 3.0 * 4.0 * (double)n / pol.in.enc_bw[ZC_CODEC_TOPK]; /* B/E -> 4 B/E */
+    pol.in.enc_bw[ZC_CODEC_TOPK] /= 4;
+    cr_assert_float_eq(zc_policy_cost(&pol, ZC_ALGO_ALLGATHER, ZC_CODEC_TOPK, 4 * n), learned_ag,
+                       1e-9 * learned_ag);
+    pol.in.enc_bw[ZC_CODEC_TOPK] *= 4;
+
+    /* a small tensor with the same slow encode stays where it was: its cost is the link's */
+    const size_t small = (size_t)64 << 10;
+    cr_assert_eq(zc_policy_choose_tensor(&pol, small, ZC_DTYPE_F32, ZC_OP_SUM, NULL).algo,
+                 zc_policy_choose_tensor(&pol, small, ZC_DTYPE_F32, ZC_OP_SUM, &lr).algo);
+    /* the ratio-only entry point ignores speeds: init's decision */
+    cr_assert_eq(zc_policy_choose_learned(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, ratio).algo,
+                 ZC_ALGO_SCATTER);
+}
+
+/* What a call's codec time is divided into: the model's B / E and B / D terms, per algorithm. */
+Test(policy, codec_work_matches_the_model)
+{
+    zc_policy_t pol = slow_link(4, ZC_CODEC_TOPK, ZC_POLICY_ALGO_AUTO);
+    const size_t n = (size_t)1 << 20;
+    const zc_algo_id_t algos[] = {ZC_ALGO_ALLGATHER, ZC_ALGO_SCATTER};
+    double enc_bytes, dec_bytes;
+
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(algos); i++) {
+        zc_policy_codec_work(&pol, algos[i], n, &enc_bytes, &dec_bytes);
+        /* doubling both speeds saves exactly half the codec time the work stands for */
+        const double before = zc_policy_cost(&pol, algos[i], ZC_CODEC_TOPK, 4 * n);
+        const double saved = 0.5 * (enc_bytes / pol.in.enc_bw[ZC_CODEC_TOPK] +
+                                    dec_bytes / pol.in.dec_bw[ZC_CODEC_TOPK]);
+        zc_policy_t fast = pol;
+        fast.in.enc_bw[ZC_CODEC_TOPK] *= 2;
+        fast.in.dec_bw[ZC_CODEC_TOPK] *= 2;
+        const double after = zc_policy_cost(&fast, algos[i], ZC_CODEC_TOPK, 4 * n);
+        cr_assert_float_eq(before - after, saved, 1e-9 * before, "%s", zc_algo_name(algos[i]));
+    }
+    zc_policy_codec_work(&pol, ZC_ALGO_RAW_RING, n, &enc_bytes, &dec_bytes);
+    cr_assert(enc_bytes == 0 && dec_bytes == 0, "raw: nothing learned");
+}
+
+/* The agreement: the slowest rank's speed, in its class, never above what was learned. */
+Test(policy, agree_speed_rounds_and_never_rises)
+{
+    cr_assert_eq(zc_policy_agree_speed(0, 0), 0, "nothing measured");
+    cr_assert_eq(zc_policy_agree_speed(2e9, 0), 2e9, "nothing new: kept");
+    /* 1e9 lies between 2^29.75 and 2^30: its class is 2^30 (within 19%) */
+    const double c = zc_policy_agree_speed(0, 1e9);
+    cr_assert_float_eq(c, exp2(30), 1.0, "%.9g", c);
+    cr_assert_eq(zc_policy_agree_speed(0, 1.05e9), c, "same class, same speed");
+    cr_assert_eq(zc_policy_agree_speed(c, 4e9), c, "a faster call does not raise it");
+    const double slower = zc_policy_agree_speed(c, 0.5e9);
+    cr_assert_float_eq(slower, exp2(29), 1.0, "a slower one lowers it: %.9g", slower);
+    cr_assert_eq(zc_policy_agree_speed(c, INFINITY), c, "not a measurement");
 }
