@@ -185,6 +185,7 @@ static inline __attribute__((always_inline)) size_t pack8(const int32_t *levels,
     size_t safe = n * w / 8 >= 8 ? ZC_MIN(groups, (n * w / 8 - 8) / w + 1) : 0;
     for (size_t g = 0; g < safe; g++) {
         uint64_t v = 0;
+#pragma GCC unroll 8 /* constant shifts, no loop: -O2 keeps the loop otherwise */
         for (unsigned k = 0; k < 8; k++) {
             int32_t l = levels[g * 8 + k];
             uint64_t code = l < 0 ? (uint32_t)-l | sign : (uint32_t)l;
@@ -203,6 +204,7 @@ unpack8(const uint8_t *src, size_t n, size_t bytes, int32_t *levels, const unsig
     size_t safe = bytes >= 8 ? ZC_MIN(groups, (bytes - 8) / w + 1) : 0;
     for (size_t g = 0; g < safe; g++) {
         uint64_t v = zc_load_le64(src + g * w);
+#pragma GCC unroll 8
         for (unsigned k = 0; k < 8; k++) {
             uint32_t code = (uint32_t)(v >> (k * w)) & field;
             int32_t neg = -(int32_t)(code >> (w - 1)), m = (int32_t)(code & magnitude);
