@@ -8,7 +8,7 @@
  * it in the call header, and the all-gather, which encodes once and decodes sparse payloads,
  * models cheaper. Checks, after every call, on every rank: the result's bytes and the path
  * the next call takes (zc_policy_choose_tensor on the tensor's state, as op_prepare decides)
- * are the same on every rank; and that the tensor went scatter first and all-gather after.
+ * are the same on every rank; and that the tensor went scatter first and all-gather later.
  *
  * Usage: test_learn. Exits 0 when it passed.
  */
@@ -118,14 +118,21 @@ static int learn_rank(int rank, int size, void *arg)
         fprintf(stderr, "\n");
     }
     CHECK(seen[0] == ZC_ALGO_SCATTER, "first call %s, expected scatter", zc_algo_name(seen[0]));
-    CHECK(seen[CALLS] == ZC_ALGO_ALLGATHER,
-          "after %d calls %s, expected allgather (top-k's measured encode is slower than its "
-          "decode_add by far)",
-          CALLS, zc_algo_name(seen[CALLS]));
-    /* never back: the learned speeds only fall */
+    /*
+     * The learned speeds took effect: some call went all-gather (top-k's measured encode is far
+     * slower than its sparse decode_add). Not "and stayed": both speeds only fall, and a decode
+     * measured slow later (a rank descheduled mid-decode on a loaded machine) favours the
+     * scatter again, once per class it drops (docs/collectives.md); in a full parallel test run
+     * on one core the paths went scatter x3, all-gather x2, scatter x4. Every change is still
+     * taken by every rank at the same call (checked above after every call).
+     */
+    int switched = 0;
     for (int call = 1; call <= CALLS; call++)
-        CHECK(!(seen[call - 1] == ZC_ALGO_ALLGATHER && seen[call] != ZC_ALGO_ALLGATHER),
-              "call %d went back to %s", call, zc_algo_name(seen[call]));
+        switched |= seen[call] == ZC_ALGO_ALLGATHER;
+    CHECK(switched,
+          "no call went all-gather in %d calls (top-k's measured encode is slower than "
+          "its decode_add by far)",
+          CALLS);
     free(send);
     free(recv);
     zc_comm_destroy(comm);
