@@ -370,16 +370,17 @@ uint64_t zc_comm_oob_values(const zc_comm_t *comm)
     return comm->hier ? own + zc_comm_oob_values(comm->hier->cross) : own;
 }
 
-void zc_hier_route(zc_coll_op_t *op)
+int zc_hier_route(zc_coll_op_t *op)
 {
     const zc_comm_t *comm = op->comm;
 
     if (!comm->hier || op->control || op->count < (size_t)comm->hier->local_size)
-        return;
+        return 0;
     memset(&op->path, 0, sizeof(op->path));
     op->path.algo = ZC_ALGO_RAW_RING;
     memcpy(&op->path.params, &comm->policy.params[ZC_CODEC_NONE], sizeof(op->path.params));
     op->algo = &zc_algo_hier;
+    return 1;
 }
 
 /* ---- the algorithm --------------------------------------------------------------------------- */
@@ -483,8 +484,6 @@ static zc_status_t wait_slots(zc_coll_op_t *op, hier_op_t *ho, int consumed, uin
         ho->seen = sum;
         op->deadline_ns = now + (uint64_t)op->comm->cfg.timeout_s * 1000000000ull;
     }
-    char desc[96];
-    snprintf(desc, sizeof(desc), "allreduce #%" PRIu64 " (%zu values)", op->seq, op->count);
     if (now - ho->liveness_ns > LIVENESS_PERIOD_NS) {
         ho->liveness_ns = now;
         for (int s = 0; s < h->local_size; s++) {
@@ -494,18 +493,20 @@ static zc_status_t wait_slots(zc_coll_op_t *op, hier_op_t *ho, int consumed, uin
                                               memory_order_acquire);
             if (s == h->local_rank || v >= target || zc_shm_peer_alive(h->shm, s))
                 continue;
-            ZC_ERROR("rank %d: %s: lost rank %d (local rank %d of this host): it left the "
-                     "host's shared memory in the %s",
-                     op->comm->rank, desc, h->local_ranks[s], s, step_names[ho->step]);
+            ZC_ERROR("rank %d: allreduce #%" PRIu64 " (%zu values): lost rank %d (local rank %d "
+                     "of this host): it left the host's shared memory in the %s",
+                     op->comm->rank, op->seq, op->count, h->local_ranks[s], s,
+                     step_names[ho->step]);
             return zc_coll_blame(op, h->local_ranks[s], ZC_ERR_PEER);
         }
     }
     if (now <= op->deadline_ns)
         return ZC_INPROGRESS;
-    ZC_ERROR("rank %d: %s: timed out after %" PRId64 " s (ZIPCCL_TIMEOUT_S) in the %s; waiting "
-             "for %d local rank(s), furthest behind rank %d (local rank %d)",
-             op->comm->rank, desc, op->comm->cfg.timeout_s, step_names[ho->step], pending,
-             h->local_ranks[behind], behind);
+    ZC_ERROR("rank %d: allreduce #%" PRIu64 " (%zu values): timed out after %" PRId64
+             " s (ZIPCCL_TIMEOUT_S) in the %s; waiting for %d local rank(s), furthest behind "
+             "rank %d (local rank %d)",
+             op->comm->rank, op->seq, op->count, op->comm->cfg.timeout_s, step_names[ho->step],
+             pending, h->local_ranks[behind], behind);
     return zc_coll_blame(op, h->local_ranks[behind], ZC_ERR_TIMEOUT);
 }
 

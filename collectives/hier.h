@@ -35,13 +35,14 @@ zc_status_t zc_hier_create(zc_comm_t *comm, zc_hier_t **hier_p);
 void zc_hier_destroy(zc_hier_t *hier);
 
 /*
- * Called by the driver once an op's path is final: on a hierarchical
+ * Called by the driver before it asks the policy for a path: on a hierarchical
  * communicator, an all-reduce of at least one value per local rank (not a
  * control op) takes zc_algo_hier with a raw path in its header (the codec and
- * algorithm are the inter-host communicator's). Decided from the call alone:
- * identical on every rank.
+ * algorithm are the inter-host communicator's, whose own policy decides) and
+ * 1 is returned; else 0, and the op is left alone. Decided from the call
+ * alone: identical on every rank.
  */
-void zc_hier_route(zc_coll_op_t *op);
+int zc_hier_route(zc_coll_op_t *op);
 
 /* The groups, for zipccl-info and tests: 0 and the values, or -1 on a flat communicator. */
 int zc_hier_groups(const zc_hier_t *hier, int *local_rank_p, int *local_size_p, int *node_p,

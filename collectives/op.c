@@ -148,9 +148,11 @@ static zc_status_t op_prepare(zc_coll_op_t *op)
     /*
      * Decided again now that the op is next in line: with what the tensor's
      * earlier calls measured (zc_policy_choose_tensor: ratios, speeds), which
-     * every rank holds alike, as it ran the same calls.
+     * every rank holds alike, as it ran the same calls. A hierarchical
+     * communicator's all-reduces are routed first: the policy of its
+     * communicator between hosts decides there (logged at debug level).
      */
-    if (!op->control) {
+    if (!op->control && !zc_hier_route(op)) {
         static const double none[ZC_CODEC_COUNT];
         const zc_tensor_state_t *ts = zc_state_find(comm->store, op->key, op->count, op->dtype);
         const zc_policy_learned_t lr = {.ratio = ts ? ts->learned_ratio : none,
@@ -160,7 +162,6 @@ static zc_status_t op_prepare(zc_coll_op_t *op)
         zc_policy_note(&comm->policy, op->count, op->dtype, op->op, &op->path, &lr);
         op->algo = algos[op->path.algo];
     }
-    zc_hier_route(op);
     if (op->path.algo != ZC_ALGO_RAW_RING && zc_codec_needs_state(&op->path.params)) {
         ZC_CHECK(zc_state_get(comm->store, op->key, op->count, op->dtype, &op->path.params,
                               &op->tstate));
