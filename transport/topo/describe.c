@@ -1,49 +1,14 @@
 /* The topology as one line for logs: zc_topo_describe. */
+#include "transport/topo/line.h"
 #include "transport/topo/topo_int.h"
 
-#include "common/compiler.h"
-
-#include <stdarg.h>
 #include <stdio.h>
 
-/* A line built piece by piece; cut is set once a piece no longer fits. */
-typedef struct line {
-    char *buf;
-    size_t len, used;
-    int cut;
-} line_t;
-
-static ZC_PRINTF(2, 3) void line_add(line_t *line, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    if (line->cut)
-        return;
-    va_start(ap, fmt);
-    n = vsnprintf(line->buf + line->used, line->len - line->used, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= line->len - line->used) {
-        line->cut = 1;
-        line->used = line->len - 1;
-    } else {
-        line->used += (size_t)n;
-    }
-}
-
-static void line_add_numa(line_t *line, int numa)
-{
-    if (numa >= 0)
-        line_add(line, " numa %d", numa);
-    else
-        line_add(line, " numa -");
-}
-
-static void line_add_busid(line_t *line, hwloc_obj_t obj)
+static void line_add_busid(zc_topo_line_t *line, hwloc_obj_t obj)
 {
     if (obj->type == HWLOC_OBJ_PCI_DEVICE)
-        line_add(line, " %04x:%02x:%02x.%x", obj->attr->pcidev.domain, obj->attr->pcidev.bus,
-                 obj->attr->pcidev.dev, obj->attr->pcidev.func);
+        zc_topo_line_add(line, " %04x:%02x:%02x.%x", obj->attr->pcidev.domain,
+                         obj->attr->pcidev.bus, obj->attr->pcidev.dev, obj->attr->pcidev.func);
 }
 
 /* A GPU's name: its CUDA (coprocessor) device, else its GPU device, else "-". */
@@ -64,7 +29,7 @@ static const char *gpu_name(hwloc_obj_t pci)
 
 zc_status_t zc_topo_describe(const zc_topo_t *topo, char *buf, size_t len)
 {
-    line_t line = {.buf = buf, .len = len};
+    zc_topo_line_t line = {.buf = buf, .len = len};
     zc_topo_nic_t *nics = NULL;
     size_t nic_count = 0;
     hwloc_obj_t pci = NULL;
@@ -74,26 +39,26 @@ zc_status_t zc_topo_describe(const zc_topo_t *topo, char *buf, size_t len)
     if (!topo || !buf || !len)
         return ZC_ERR_INVALID_ARG;
     buf[0] = '\0';
-    line_add(&line, "%s: %d packages, %d numa nodes, %d cores, %d pus; gpus", topo->source,
-             hwloc_get_nbobjs_by_type(topo->hw, HWLOC_OBJ_PACKAGE),
-             hwloc_get_nbobjs_by_type(topo->hw, HWLOC_OBJ_NUMANODE),
-             hwloc_get_nbobjs_by_type(topo->hw, HWLOC_OBJ_CORE),
-             hwloc_get_nbobjs_by_type(topo->hw, HWLOC_OBJ_PU));
+    zc_topo_line_add(&line, "%s: %d packages, %d numa nodes, %d cores, %d pus; gpus", topo->source,
+                     hwloc_get_nbobjs_by_type(topo->hw, HWLOC_OBJ_PACKAGE),
+                     hwloc_get_nbobjs_by_type(topo->hw, HWLOC_OBJ_NUMANODE),
+                     hwloc_get_nbobjs_by_type(topo->hw, HWLOC_OBJ_CORE),
+                     hwloc_get_nbobjs_by_type(topo->hw, HWLOC_OBJ_PU));
     /* display controllers (0x03) and processing accelerators (0x12) */
     while ((pci = hwloc_get_next_pcidev(topo->hw, pci)) != NULL) {
         unsigned base_class = pci->attr->pcidev.class_id >> 8;
 
         if (base_class != 0x03 && base_class != 0x12)
             continue;
-        line_add(&line, "%s%s", sep, gpu_name(pci));
+        zc_topo_line_add(&line, "%s%s", sep, gpu_name(pci));
         line_add_busid(&line, pci);
-        line_add_numa(&line, zc_topo_numa_of_obj(topo, pci));
+        zc_topo_line_add_numa(&line, zc_topo_numa_of_obj(topo, pci));
         sep = ", ";
     }
     if (sep[0] == ' ')
-        line_add(&line, " none");
+        zc_topo_line_add(&line, " none");
 
-    line_add(&line, "; nics");
+    zc_topo_line_add(&line, "; nics");
     status = zc_topo_nics(topo, &nics, &nic_count);
     if (status < 0)
         return status;
@@ -101,12 +66,12 @@ zc_status_t zc_topo_describe(const zc_topo_t *topo, char *buf, size_t len)
         char name[128];
 
         zc_topo_nic_format(&nics[i], name, sizeof(name));
-        line_add(&line, "%s%s", i ? ", " : " ", name);
+        zc_topo_line_add(&line, "%s%s", i ? ", " : " ", name);
         line_add_busid(&line, nics[i].anchor);
-        line_add_numa(&line, zc_topo_numa_of_obj(topo, nics[i].anchor));
+        zc_topo_line_add_numa(&line, zc_topo_numa_of_obj(topo, nics[i].anchor));
     }
     if (!nic_count)
-        line_add(&line, " none");
+        zc_topo_line_add(&line, " none");
     free(nics);
     return line.cut ? ZC_ERR_BUFFER_TOO_SMALL : ZC_OK;
 }

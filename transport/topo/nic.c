@@ -151,33 +151,23 @@ out_free_set:
     return status;
 }
 
-zc_status_t zc_topo_nearest_nic(const zc_topo_t *topo, const char *busid, char *nic_name,
-                                size_t len)
+zc_status_t zc_topo_nearest_to(const zc_topo_t *topo, hwloc_obj_t start, zc_topo_nic_t *nic_p)
 {
     zc_topo_nic_t *nics = NULL;
-    hwloc_obj_t start, *chain = NULL;
+    hwloc_obj_t *chain;
     nic_place_t best = {0}, place;
     size_t count = 0;
-    int chain_len = 0, written;
-    char name[256];
-    zc_status_t status;
+    int chain_len = 0;
 
-    if (!topo || !nic_name || !len)
-        return ZC_ERR_INVALID_ARG;
-    ZC_CHECK(find_start(topo, busid, &start));
     ZC_CHECK(zc_topo_nics(topo, &nics, &count));
-    if (!count) { /* nics is NULL */
-        ZC_INFO("no network device in the topology of %s: UCX_NET_DEVICES is left to ucx",
-                topo->source);
+    if (!count) /* nics is NULL */
         return ZC_ERR_UNSUPPORTED;
-    }
-
     for (hwloc_obj_t obj = start; obj; obj = obj->parent)
         chain_len++;
     chain = malloc((size_t)chain_len * sizeof(*chain));
     if (!chain) {
-        status = ZC_ERR_NO_MEMORY;
-        goto out_free_nics;
+        free(nics);
+        return ZC_ERR_NO_MEMORY;
     }
     chain_len = 0;
     for (hwloc_obj_t obj = start; obj; obj = obj->parent)
@@ -188,19 +178,37 @@ zc_status_t zc_topo_nearest_nic(const zc_topo_t *topo, const char *busid, char *
         if (i == 0 || compare_places(nics, &place, &best) < 0)
             best = place;
     }
-    written = zc_topo_nic_format(&nics[best.index], name, sizeof(name));
-    if (written < 0 || (size_t)written >= ZC_MIN(len, sizeof(name))) {
-        status = ZC_ERR_BUFFER_TOO_SMALL;
-        goto out_free_chain;
-    }
-    memcpy(nic_name, name, (size_t)written + 1);
-    ZC_DEBUG("nearest network device to %s in %s: %s (%d up, %d down)",
-             busid ? busid : "this process", topo->source, name, best.up, best.down);
-    status = ZC_OK;
-
-out_free_chain:
+    *nic_p = nics[best.index];
+    ZC_DEBUG("nearest network device in %s: %s (%d up, %d down)", topo->source,
+             nics[best.index].name, best.up, best.down);
     free(chain);
-out_free_nics:
     free(nics);
-    return status;
+    return ZC_OK;
+}
+
+zc_status_t zc_topo_nearest_nic(const zc_topo_t *topo, const char *busid, char *nic_name,
+                                size_t len)
+{
+    zc_topo_nic_t nic;
+    hwloc_obj_t start;
+    zc_status_t status;
+    char name[256];
+    int written;
+
+    if (!topo || !nic_name || !len)
+        return ZC_ERR_INVALID_ARG;
+    ZC_CHECK(find_start(topo, busid, &start));
+    status = zc_topo_nearest_to(topo, start, &nic);
+    if (status == ZC_ERR_UNSUPPORTED)
+        ZC_INFO("no network device in the topology of %s: UCX_NET_DEVICES is left to ucx",
+                topo->source);
+    if (status != ZC_OK)
+        return status;
+    written = zc_topo_nic_format(&nic, name, sizeof(name));
+    if (written < 0 || (size_t)written >= ZC_MIN(len, sizeof(name)))
+        return ZC_ERR_BUFFER_TOO_SMALL;
+    memcpy(nic_name, name, (size_t)written + 1);
+    ZC_DEBUG("nearest network device to %s in %s: %s", busid ? busid : "this process", topo->source,
+             name);
+    return ZC_OK;
 }

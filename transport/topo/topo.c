@@ -15,7 +15,11 @@
 /* Highest PU index a CPU list may name: far above any machine, low enough to bound a bitmap. */
 #define ZC_TOPO_MAX_CPU 65535
 
-zc_status_t zc_topo_load(const char *xml_path, zc_topo_t **topo_p)
+/* What hwloc's GPU and display components would start in the caller: not for zc_topo_load_this. */
+static const char *const gpu_components[] = {"cuda", "nvml", "opencl", "gl", "rsmi", "levelzero"};
+
+/* zc_topo_load, and zc_topo_load_this when @p this_machine. */
+static zc_status_t load(const char *xml_path, int this_machine, zc_topo_t **topo_p)
 {
     zc_status_t status;
     zc_topo_t *topo;
@@ -43,6 +47,14 @@ zc_status_t zc_topo_load(const char *xml_path, zc_topo_t **topo_p)
     }
     /* Without this, hwloc drops every PCI and OS device, XML ones included. */
     hwloc_topology_set_io_types_filter(topo->hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (this_machine) {
+        /* fails for a component this hwloc lacks: nothing to leave out then */
+        for (size_t i = 0; i < ZC_ARRAY_SIZE(gpu_components); i++)
+            hwloc_topology_set_components(topo->hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+                                          gpu_components[i]);
+        if (from_xml)
+            hwloc_topology_set_flags(topo->hw, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM);
+    }
     if (from_xml && hwloc_topology_set_xml(topo->hw, xml_path) != 0) {
         ZC_ERROR("hwloc cannot parse topology xml %s: %s", xml_path, strerror(errno));
         status = ZC_ERR_CORRUPT;
@@ -70,6 +82,16 @@ err_free_topo:
     free(topo->source);
     free(topo);
     return status;
+}
+
+zc_status_t zc_topo_load(const char *xml_path, zc_topo_t **topo_p)
+{
+    return load(xml_path, 0, topo_p);
+}
+
+zc_status_t zc_topo_load_this(const char *xml_path, zc_topo_t **topo_p)
+{
+    return load(xml_path, 1, topo_p);
 }
 
 void zc_topo_destroy(zc_topo_t *topo)
@@ -183,7 +205,7 @@ zc_status_t zc_topo_process_cpuset(const zc_topo_t *topo, hwloc_bitmap_t set)
 }
 
 /* Parses the kernel's list format strictly ("0-3,8"; no spaces, ranges ascending). */
-static zc_status_t parse_cpulist(const char *list, hwloc_bitmap_t set)
+zc_status_t zc_topo_parse_cpulist(const char *list, hwloc_bitmap_t set)
 {
     const char *p = list;
 
@@ -219,8 +241,7 @@ err_malformed:
     return ZC_ERR_INVALID_ARG;
 }
 
-/* The NUMA node holding most of @p set (OS index), the lowest on a tie; -1 if none holds any. */
-static int numa_most_of(const zc_topo_t *topo, hwloc_const_bitmap_t set, int *spans_p)
+int zc_topo_numa_most_of(const zc_topo_t *topo, hwloc_const_bitmap_t set, int *spans_p)
 {
     hwloc_bitmap_t common = hwloc_bitmap_alloc();
     hwloc_obj_t node = NULL;
@@ -263,13 +284,13 @@ zc_status_t zc_topo_numa_of_cpuset(const zc_topo_t *topo, const char *cpulist, i
     if (!set)
         return ZC_ERR_NO_MEMORY;
     if (cpulist)
-        ZC_CHECK_GOTO(parse_cpulist(cpulist, set), status, out_free_set);
+        ZC_CHECK_GOTO(zc_topo_parse_cpulist(cpulist, set), status, out_free_set);
     else
         ZC_CHECK_GOTO(zc_topo_process_cpuset(topo, set), status, out_free_set);
 
-    numa = numa_most_of(topo, set, &spans);
+    numa = zc_topo_numa_most_of(topo, set, &spans);
     if (!cpulist && spans && hwloc_get_last_cpu_location(topo->hw, set, HWLOC_CPUBIND_THREAD) == 0)
-        numa = numa_most_of(topo, set, &spans); /* unbound: where it runs now */
+        numa = zc_topo_numa_most_of(topo, set, &spans); /* unbound: where it runs now */
     if (numa < 0) {
         char text[256];
 

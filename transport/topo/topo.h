@@ -8,18 +8,25 @@
  *
  * A zc_topo_t is either this machine (discovered by hwloc, I/O devices
  * included) or an hwloc XML file: the tests load XML fixtures of machines they
- * do not run on (tests/fixtures/topo/), and ZIPCCL_TOPO_XML does the same for a
- * whole job. Queries that concern the running process (its binding, binding a
- * thread) need this machine and return ZC_ERR_UNSUPPORTED on an XML topology.
+ * do not run on (tests/fixtures/topo/). Queries that concern the running
+ * process (its binding, binding a thread) need this machine and return
+ * ZC_ERR_UNSUPPORTED on an XML topology, except one loaded by zc_topo_load_this:
+ * ZIPCCL_TOPO_XML is this machine's topology, read from a file.
  *
- * Nothing in the product uses it yet: only its tests (tests/unit/topo) call it.
- * The hierarchical all-reduce (intra-node raw, inter-node compressed) will,
- * for which ranks share a host and where to bind the progress thread. It is
- * built only when hwloc is found (meson's summary says when it is off), so
- * code that calls it must be built under the same condition.
+ * The communicator uses it at creation (collectives/hier.c): every rank finds
+ * its facts (zc_topo_this_facts: its NUMA node, the network device nearest it
+ * and that device's node), the host-grouping allgather gives every rank every
+ * rank's, each host's leader is the rank nearest its NIC (zc_topo_pick_leader),
+ * and each rank's shared-memory buffers are placed on its node
+ * (transport/shm). Host grouping, the leader and the facts record are built
+ * with or without hwloc; the queries below that read a zc_topo_t are built only
+ * when hwloc is found (meson's summary says when it is off): without it
+ * zc_topo_this_facts says "unknown" (facts_none.c).
  *
  * Files: topo.c (loading, NUMA and CPU queries), describe.c (the log line),
- * nic.c (network devices near a PCI device), host.c (host grouping).
+ * nic.c (network devices near a PCI device), facts.c (a rank's facts from a
+ * topology; this machine's topology, loaded once per process), host.c (host
+ * grouping), leader.c (the leader and the facts' text, without hwloc).
  *
  * Thread safety: a loaded zc_topo_t is read-only; every query may run
  * concurrently with the others (hwloc's queries are thread safe after load).
@@ -33,6 +40,7 @@
 #include <zipccl/zipccl_status.h>
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Bytes of a host identity, terminating NUL and zero padding included. */
 #define ZC_TOPO_HOST_ID_LEN 64
@@ -124,6 +132,97 @@ zc_status_t zc_topo_bind_thread(const zc_topo_t *topo, int numa);
  * ZC_ERR_BUFFER_TOO_SMALL (the name does not fit in @p len bytes).
  */
 zc_status_t zc_topo_nearest_nic(const zc_topo_t *topo, const char *busid, char *nic_name,
+                                size_t len);
+
+/*
+ * Loads this machine's topology into @p topo_p: discovered when @p xml_path is
+ * NULL or empty, else read from the hwloc XML file at @p xml_path and taken as
+ * this machine's (hwloc's HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM: binding queries
+ * ask the OS, with the file's CPU and NUMA numbering): ZIPCCL_TOPO_XML, for
+ * machines whose firmware misreports locality, and for tests. hwloc's GPU and
+ * display components (cuda, nvml, opencl, gl, rsmi, levelzero) are left out:
+ * they would start GPU runtimes in the caller, and the facts need only PCI
+ * and network devices. Errors as zc_topo_load's.
+ */
+zc_status_t zc_topo_load_this(const char *xml_path, zc_topo_t **topo_p);
+
+/* Bytes of a network device's name in zc_topo_facts_t, NUL included. */
+#define ZC_TOPO_NIC_NAME_LEN 32
+
+/*
+ * What a rank knows of its place on its host: exchanged as bytes at
+ * communicator creation (fixed size, no pointers), so every rank holds every
+ * rank's. Unknown is -1 and "".
+ */
+typedef struct zc_topo_facts {
+    int32_t numa;                   /* NUMA node (OS index) of the rank's CPU binding; -1 when
+                                       unknown or when the binding spans several nodes */
+    int32_t nic_numa;               /* NUMA node of the device below; -1 when there is none or
+                                       its locality spans several nodes */
+    char nic[ZC_TOPO_NIC_NAME_LEN]; /* the network device nearest the binding, as
+                                       zc_topo_nearest_nic names it; "" when none */
+} zc_topo_facts_t;
+
+/* Sets every field of @p facts to unknown. */
+void zc_topo_facts_unknown(zc_topo_facts_t *facts);
+
+/*
+ * Makes @p facts, received from another rank, safe to use: the name
+ * NUL-terminated, a node below -1 made -1.
+ */
+void zc_topo_facts_sanitize(zc_topo_facts_t *facts);
+
+/*
+ * The facts of a rank bound to @p cpulist (list format, as
+ * zc_topo_numa_of_cpuset; NULL: this process's binding, this machine only) on
+ * @p topo: its NUMA node (-1 when the CPUs span nodes, or are not in the
+ * topology), the network device nearest those CPUs (zc_topo_nearest_nic's
+ * order, measured from the smallest object covering them; from the whole
+ * machine when the binding is unknown) and that device's node. A name longer
+ * than the field is cut (logged at debug). Errors: ZC_ERR_INVALID_ARG (NULL
+ * argument, malformed @p cpulist), ZC_ERR_NO_MEMORY; an unknown binding is
+ * not an error (the node is -1).
+ */
+zc_status_t zc_topo_facts(const zc_topo_t *topo, const char *cpulist, zc_topo_facts_t *facts_p);
+
+/*
+ * This process's facts, on this machine's topology (zc_topo_load_this of
+ * @p xml_path, loaded at the first call and kept for the life of the process;
+ * a later call with another path loads that one). Without hwloc, or when
+ * hwloc cannot discover this machine (logged once, warn), the facts are
+ * unknown and ZC_OK is returned. Errors: the file @p xml_path cannot be
+ * loaded (as zc_topo_load, logged naming ZIPCCL_TOPO_XML). Thread safe.
+ */
+zc_status_t zc_topo_this_facts(const char *xml_path, zc_topo_facts_t *facts_p);
+
+/*
+ * The leader of a host whose @p n_local ranks have the facts @p facts (in
+ * local rank order): the lowest local index whose NUMA node is known and is
+ * its nearest network device's node, the rank that reaches the NIC without
+ * crossing the inter-socket link; 0 when no rank is (nothing known, no NIC, no
+ * rank on the NIC's node). Pure: every rank holding the same facts picks the
+ * same leader. -1 when @p facts is NULL or @p n_local < 1.
+ */
+int zc_topo_pick_leader(const zc_topo_facts_t *facts, int n_local);
+
+/*
+ * Writes a rank's facts for logs into @p buf: "numa 0, nic mlx5_0:1 numa 0"
+ * ("numa -, nic none" when unknown). ZC_ERR_BUFFER_TOO_SMALL when cut (@p buf
+ * holds the cut text), ZC_ERR_INVALID_ARG for NULL or len 0.
+ */
+zc_status_t zc_topo_facts_format(const zc_topo_facts_t *facts, char *buf, size_t len);
+
+/*
+ * Writes one host's line for logs into @p buf: its @p n ranks (global numbers
+ * @p ranks, in local order), their NUMA nodes, the NIC nearest them with its
+ * node, and the leader (zc_topo_pick_leader over @p facts):
+ *   "ranks 2 3; numa 0 1; nic eth1 numa 1; leader rank 3 (local 1)"
+ * When the ranks name different NICs, each rank's, in local order:
+ *   "...; nics mlx5_0:1 numa 0, eth1 numa 1; ..."
+ * ZC_ERR_BUFFER_TOO_SMALL when cut (@p buf holds the cut line),
+ * ZC_ERR_INVALID_ARG for NULL, n < 1 or len 0.
+ */
+zc_status_t zc_topo_format_host(const int *ranks, const zc_topo_facts_t *facts, int n, char *buf,
                                 size_t len);
 
 /*

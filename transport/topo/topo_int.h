@@ -37,4 +37,19 @@ int zc_topo_numa_of_obj(const zc_topo_t *topo, hwloc_obj_t obj);
 /* This process's CPU binding (this machine only); logs why not. */
 zc_status_t zc_topo_process_cpuset(const zc_topo_t *topo, hwloc_bitmap_t set);
 
+/* Parses a CPU list (the kernel's list format, strictly) into @p set; logs ZC_ERR_INVALID_ARG. */
+zc_status_t zc_topo_parse_cpulist(const char *list, hwloc_bitmap_t set);
+
+/*
+ * The NUMA node holding most of @p set (OS index), the lowest on a tie; -1 if
+ * none holds any. *@p spans_p: whether more than one node holds some.
+ */
+int zc_topo_numa_most_of(const zc_topo_t *topo, hwloc_const_bitmap_t set, int *spans_p);
+
+/*
+ * The network device nearest @p start (zc_topo_nearest_nic's order) into
+ * *@p nic_p, ZC_ERR_UNSUPPORTED when @p topo has none (not logged).
+ */
+zc_status_t zc_topo_nearest_to(const zc_topo_t *topo, hwloc_obj_t start, zc_topo_nic_t *nic_p);
+
 #endif

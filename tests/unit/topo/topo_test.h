@@ -20,6 +20,8 @@
 #define FIXTURE_2SOCKET ZC_TOPO_FIXTURES "/2socket-gpu-nic.xml"
 /* 1 package, cuda0 and an NVMe disk, no network device. */
 #define FIXTURE_NO_NIC ZC_TOPO_FIXTURES "/1socket-no-nic.xml"
+/* PU 0 on NUMA node 0, PU 1 on node 1, Ethernet eth0 on node 1. */
+#define FIXTURE_2NUMA ZC_TOPO_FIXTURES "/2numa-2pu-nic.xml"
 
 /* Every message logged since topo_test_setup, "level: text\n" each. */
 typedef struct topo_logs {
