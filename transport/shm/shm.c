@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/mempolicy.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,10 +13,14 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define SHM_MAGIC UINT64_C(0x7a63636c73686d31) /* "zccl" "shm1" */
 #define SHM_ALIGN 64
+/* Highest NUMA node zc_shm_place takes: the kernel's MAX_NUMNODES is at most 1024. */
+#define SHM_MAX_NUMA 4095
+#define SHM_LONG_BITS (8 * sizeof(unsigned long))
 
 /* The segment's first bytes: what the creator made it for. */
 typedef struct shm_header {
@@ -32,6 +37,7 @@ struct zc_shm {
     int nslots;
     int slot;
     size_t buf_bytes;
+    size_t buf_stride; /* buf_bytes rounded up to pages: a slot's buffers are whole pages */
     zc_shm_slot_t *slots;
     unsigned char *data;
 };
@@ -39,15 +45,26 @@ struct zc_shm {
 _Static_assert(sizeof(zc_shm_slot_t) == 2 * SHM_ALIGN, "one cache line per counter");
 _Static_assert(sizeof(shm_header_t) == SHM_ALIGN, "the slots start aligned");
 
-static size_t round_up(size_t n)
+static size_t round_up(size_t n, size_t align)
 {
-    return (n + SHM_ALIGN - 1) / SHM_ALIGN * SHM_ALIGN;
+    return (n + align - 1) / align * align;
+}
+
+static size_t page_bytes(void)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    return page > 0 ? (size_t)page : 4096;
+}
+
+/* The buffers start on a page, each a whole number of pages: zc_shm_place binds pages. */
+static size_t data_offset(int nslots)
+{
+    return round_up(sizeof(shm_header_t) + (size_t)nslots * sizeof(zc_shm_slot_t), page_bytes());
 }
 
 static size_t segment_len(int nslots, size_t buf_bytes)
 {
-    return sizeof(shm_header_t) + (size_t)nslots * sizeof(zc_shm_slot_t) +
-           (size_t)nslots * 2 * round_up(buf_bytes);
+    return data_offset(nslots) + (size_t)nslots * 2 * round_up(buf_bytes, page_bytes());
 }
 
 void zc_shm_make_name(char name[ZC_SHM_NAME_LEN])
@@ -79,7 +96,7 @@ static zc_status_t map(zc_shm_t *shm, const char *name, size_t len)
     }
     shm->len = len;
     shm->slots = (zc_shm_slot_t *)((unsigned char *)shm->base + sizeof(shm_header_t));
-    shm->data = (unsigned char *)(shm->slots + shm->nslots);
+    shm->data = (unsigned char *)shm->base + data_offset(shm->nslots);
     return ZC_OK;
 }
 
@@ -96,6 +113,7 @@ static zc_status_t open_common(const char *name, int slot, int nslots, size_t bu
     shm->nslots = nslots;
     shm->slot = slot;
     shm->buf_bytes = buf_bytes;
+    shm->buf_stride = round_up(buf_bytes, page_bytes());
     size_t len = segment_len(nslots, buf_bytes);
     shm->fd = shm_open(name, O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0600);
     if (shm->fd < 0) {
@@ -190,12 +208,40 @@ zc_shm_slot_t *zc_shm_slot(zc_shm_t *shm, int slot)
 
 void *zc_shm_buf(zc_shm_t *shm, int slot, int which)
 {
-    return shm->data + ((size_t)slot * 2 + (size_t)which) * round_up(shm->buf_bytes);
+    return shm->data + ((size_t)slot * 2 + (size_t)which) * shm->buf_stride;
 }
 
 size_t zc_shm_buf_bytes(const zc_shm_t *shm)
 {
     return shm->buf_bytes;
+}
+
+zc_status_t zc_shm_place(zc_shm_t *shm, int numa)
+{
+    zc_status_t status = ZC_OK;
+
+    if (!shm || numa < -1 || numa > SHM_MAX_NUMA)
+        return ZC_ERR_INVALID_ARG;
+    unsigned char *first = zc_shm_buf(shm, shm->slot, 0);
+    size_t len = 2 * shm->buf_stride;
+    if (numa >= 0) {
+        unsigned long nodes[SHM_MAX_NUMA / SHM_LONG_BITS + 1] = {0};
+        nodes[(size_t)numa / SHM_LONG_BITS] = 1ul << ((size_t)numa % SHM_LONG_BITS);
+        /* the kernel reads maxnode - 1 bits; MPOL_PREFERRED: another node when this one is full
+         * (MPOL_BIND would fail the page fault, a SIGBUS); the policy stays with the segment's
+         * pages, whoever faults them in */
+        if (syscall(SYS_mbind, first, len, MPOL_PREFERRED, nodes, (unsigned long)numa + 2,
+                    MPOL_MF_MOVE) != 0) {
+            ZC_WARN("shm: cannot place slot %d's buffers (%zu bytes) on numa node %d: %s; "
+                    "they stay where this rank first touches them",
+                    shm->slot, len, numa, strerror(errno));
+            status = ZC_ERR_IO;
+        }
+    }
+    /* first touch, by the owner, before any rank reads the slot: the pages are allocated now,
+     * on the node of the policy (or this thread's), and no call pays their faults */
+    memset(first, 0, len);
+    return status;
 }
 
 int zc_shm_peer_alive(zc_shm_t *shm, int slot)

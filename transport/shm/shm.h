@@ -19,6 +19,10 @@
  * across PID namespaces, and never blocks. A stalled peer still holds its
  * lock: its counters stop moving, which the caller's deadline catches.
  *
+ * NUMA placement: a slot's two buffers are whole pages (the segment pads
+ * them); zc_shm_place puts the calling rank's on its NUMA node. The counters
+ * share pages with every slot's and are not placed.
+ *
  * Thread safety: a rank uses its segment from one thread at a time.
  */
 #ifndef ZC_TRANSPORT_SHM_H
@@ -75,11 +79,26 @@ void zc_shm_destroy(zc_shm_t *shm);
 /* The counters of slot @p slot. */
 zc_shm_slot_t *zc_shm_slot(zc_shm_t *shm, int slot);
 
-/* Buffer @p which (0 or 1) of slot @p slot: buf_bytes, 64-byte aligned. */
+/* Buffer @p which (0 or 1) of slot @p slot: buf_bytes, page aligned. */
 void *zc_shm_buf(zc_shm_t *shm, int slot, int which);
 
 /* The buffer size the segment was made with. */
 size_t zc_shm_buf_bytes(const zc_shm_t *shm);
+
+/*
+ * Places this rank's slot buffers (both) on NUMA node @p numa (an OS index, as
+ * zc_topo_facts_t.numa): the segment's memory policy for those pages becomes
+ * "preferred @p numa" (mbind, MPOL_PREFERRED: another node when that one is
+ * full; the kernel keeps the policy with the segment, whichever rank faults a
+ * page in), then this rank writes every page once (first touch: allocated
+ * now, there, and no all-reduce pays the page faults). @p numa -1 (unknown):
+ * the first touch only, on the node this thread runs on. Writes zeros: call it
+ * before any rank uses the slot (collectives/hier.c: at creation). Errors:
+ * ZC_ERR_INVALID_ARG (NULL, @p numa below -1 or above 4095), ZC_ERR_IO when the
+ * kernel refuses the policy (no such node, no NUMA support; logged at warn;
+ * the pages are still touched: a failed placement costs locality, nothing else).
+ */
+zc_status_t zc_shm_place(zc_shm_t *shm, int numa);
 
 /*
  * 1 when the rank of slot @p slot still has the segment open (holds its lock),
