@@ -37,6 +37,7 @@
 
 struct zc_hier {
     int local_rank, local_size, node, nodes;
+    int leader;       /* the local rank nearest the host's NIC (zc_topo_pick_leader) */
     int *local_ranks; /* [local_size]: the global ranks of this host, in order */
     int *cross_ranks; /* [nodes]: the global rank of each host's rank with this local rank */
     zc_shm_t *shm;
@@ -163,26 +164,47 @@ int zc_hier_groups(const zc_hier_t *hier, int *local_rank_p, int *local_size_p, 
     return 0;
 }
 
-/* Logs, at info level, this rank's place and (rank 0) every host's ranks. */
+/*
+ * Logs, at info level, this rank's place and facts, its host's line (on every rank: the ranks of
+ * a host log the same line) and, on rank 0, every host's line.
+ */
 static void log_groups(const zc_comm_t *comm, const char *id, const int *node_of_rank, int nodes,
-                       int local_rank, int local_size, const char *topology)
+                       int local_rank, int local_size, const char *topology,
+                       const zc_topo_facts_t *facts)
 {
     if (!ZC_LOG_ENABLED(ZC_LOG_INFO))
         return;
-    ZC_INFO("zc_comm_init: rank %d is local rank %d of %d on host %d of %d (%.*s); topology %s",
+    char line[1024];
+    zc_topo_facts_format(&facts[comm->rank], line, sizeof(line));
+    ZC_INFO("zc_comm_init: rank %d is local rank %d of %d on host %d of %d (%.*s); %s; "
+            "topology %s",
             comm->rank, local_rank, local_size, node_of_rank[comm->rank], nodes,
-            ZC_TOPO_HOST_ID_LEN, id, topology);
-    if (comm->rank != 0)
-        return;
-    char line[512];
-    for (int n = 0; n < nodes; n++) {
-        size_t used = (size_t)snprintf(line, sizeof(line), "host %d: ranks", n);
-        for (int r = 0; r < comm->size && used + 16 < sizeof(line); r++)
-            if (node_of_rank[r] == n)
-                used += (size_t)snprintf(line + used, sizeof(line) - used, " %d", r);
-        ZC_INFO("zc_comm_init: %s", line);
+            ZC_TOPO_HOST_ID_LEN, id, line, topology);
+    int *ranks = malloc((size_t)comm->size * sizeof(*ranks));
+    zc_topo_facts_t *host = malloc((size_t)comm->size * sizeof(*host));
+    for (int n = 0; ranks && host && n < nodes; n++) {
+        if (comm->rank != 0 && n != node_of_rank[comm->rank])
+            continue;
+        int count = 0;
+        for (int r = 0; r < comm->size; r++)
+            if (node_of_rank[r] == n) {
+                ranks[count] = r;
+                host[count++] = facts[r];
+            }
+        zc_topo_format_host(ranks, host, count, line, sizeof(line)); /* a cut line still tells */
+        ZC_INFO("zc_comm_init: host %d: %s", n, line);
     }
+    free(host);
+    free(ranks);
 }
+
+/* What each rank tells the others at creation: its host, and its place on it. */
+typedef struct host_record {
+    char id[ZC_TOPO_HOST_ID_LEN];
+    zc_topo_facts_t facts;
+    int32_t facts_status; /* not ZC_OK: ZIPCCL_TOPO_XML could not be read (logged there) */
+    int32_t pad;
+} host_record_t;
 
 /* What each rank tells the others about its host's segment. */
 typedef struct shm_note {
@@ -269,7 +291,8 @@ zc_status_t zc_hier_create(zc_comm_t *comm, zc_hier_t **hier_p)
 {
     static const char *const topologies[] = {ZC_CHOICE_NAMES(ZC_CHOICES_TOPOLOGY)};
     const int size = comm->size;
-    char id[ZC_TOPO_HOST_ID_LEN] = {0};
+    host_record_t mine = {.facts_status = ZC_OK};
+    char *id = mine.id;
     int local_rank, local_size, node, nodes;
     zc_status_t status;
 
@@ -277,19 +300,34 @@ zc_status_t zc_hier_create(zc_comm_t *comm, zc_hier_t **hier_p)
     if (comm->bs->ops == &subset_ops)
         return ZC_OK; /* the communicator between hosts: one rank per host by construction */
     if (comm->cfg.host_id[0])
-        snprintf(id, sizeof(id), "%s", comm->cfg.host_id);
+        snprintf(id, ZC_TOPO_HOST_ID_LEN, "%s", comm->cfg.host_id);
     else
         ZC_CHECK(zc_topo_host_id(id));
-    char *ids = malloc((size_t)size * sizeof(id));
+    zc_topo_facts_unknown(&mine.facts);
+    mine.facts_status = zc_topo_this_facts(comm->cfg.topo_xml, &mine.facts);
+    char *ids = malloc((size_t)size * ZC_TOPO_HOST_ID_LEN);
+    host_record_t *records = malloc((size_t)size * sizeof(*records));
+    zc_topo_facts_t *facts = malloc((size_t)size * sizeof(*facts));
     int *node_of_rank = calloc((size_t)size, sizeof(int));
     int *per_node = calloc((size_t)size, sizeof(int));
     zc_hier_t *h = calloc(1, sizeof(*h));
     status = ZC_ERR_NO_MEMORY;
-    if (!ids || !node_of_rank || !per_node || !h)
+    if (!ids || !records || !facts || !node_of_rank || !per_node || !h)
         goto out;
-    ZC_CHECK_GOTO(zc_bootstrap_allgather(comm->bs, id, sizeof(id), ids), status, out);
-    ZC_CHECK_GOTO(zc_topo_group_hosts(ids, sizeof(id), size, comm->rank, &local_rank, &local_size,
-                                      &node, &nodes, node_of_rank),
+    ZC_CHECK_GOTO(zc_bootstrap_allgather(comm->bs, &mine, sizeof(mine), records), status, out);
+    for (int r = 0; r < size; r++) {
+        if (records[r].facts_status != ZC_OK) {
+            ZC_ERROR("zc_comm_init: rank %d cannot read its topology (ZIPCCL_TOPO_XML): %s", r,
+                     zc_status_string((zc_status_t)records[r].facts_status));
+            status = ZC_ERR_INVALID_CONFIG;
+            goto out;
+        }
+        memcpy(ids + (size_t)r * ZC_TOPO_HOST_ID_LEN, records[r].id, ZC_TOPO_HOST_ID_LEN);
+        facts[r] = records[r].facts;
+        zc_topo_facts_sanitize(&facts[r]);
+    }
+    ZC_CHECK_GOTO(zc_topo_group_hosts(ids, ZC_TOPO_HOST_ID_LEN, size, comm->rank, &local_rank,
+                                      &local_size, &node, &nodes, node_of_rank),
                   status, out);
     int equal = 1;
     for (int r = 0; r < size; r++)
@@ -312,7 +350,7 @@ zc_status_t zc_hier_create(zc_comm_t *comm, zc_hier_t **hier_p)
     else
         hier = 0;
     log_groups(comm, id, node_of_rank, nodes, local_rank, local_size,
-               hier ? "hierarchical" : topologies[ZC_CFG_TOPOLOGY_FLAT]);
+               hier ? "hierarchical" : topologies[ZC_CFG_TOPOLOGY_FLAT], facts);
     status = ZC_OK;
     if (!hier)
         goto out;
@@ -336,6 +374,10 @@ zc_status_t zc_hier_create(zc_comm_t *comm, zc_hier_t **hier_p)
         if (l == local_rank)
             h->cross_ranks[n] = r;
     }
+    /* the host's facts in local order, in place: local_ranks[l] >= l, ascending */
+    for (int l = 0; l < local_size; l++)
+        facts[l] = facts[h->local_ranks[l]];
+    h->leader = zc_topo_pick_leader(facts, local_size);
     status = shm_setup(comm, h);
     if (status == ZC_ERR_IO && topology == ZC_CFG_TOPOLOGY_AUTO) {
         ZC_WARN("zc_comm_init: ZIPCCL_TOPOLOGY=auto: staying flat without shared memory");
@@ -344,6 +386,7 @@ zc_status_t zc_hier_create(zc_comm_t *comm, zc_hier_t **hier_p)
     }
     if (status != ZC_OK)
         goto out;
+    zc_shm_place(h->shm, mine.facts.numa); /* a hint: a refusal is logged, nothing fails */
     ZC_CHECK_GOTO(cross_setup(comm, h), status, out);
     *hier_p = h;
     h = NULL;
@@ -351,6 +394,8 @@ out:
     zc_hier_destroy(h);
     free(per_node);
     free(node_of_rank);
+    free(facts);
+    free(records);
     free(ids);
     return status;
 }

@@ -78,8 +78,22 @@ int main(int argc, char **argv)
     else
         zc_topo_host_id(host);
     printf("host identity: %.*s%s (ranks with the same one share a host; ZIPCCL_LOG_LEVEL=info "
-           "logs the groups at init)\n\n",
+           "logs the groups at init)\n",
            ZC_TOPO_HOST_ID_LEN, host, cfg.host_id[0] ? " (ZIPCCL_HOST_ID)" : "");
+    /* this process's facts, as zc_comm_init exchanges them (the launcher's binding decides them);
+     * the rank of a host on its nic's numa node leads it */
+    zc_topo_facts_t facts;
+    char text[128];
+    if (zc_topo_this_facts(cfg.topo_xml, &facts) == ZC_OK) {
+        zc_topo_facts_format(&facts, text, sizeof(text));
+        printf("this process: %s (%s)\n\n", text,
+               !ZC_HAVE_HWLOC    ? "unknown: built without hwloc"
+               : cfg.topo_xml[0] ? "hwloc, ZIPCCL_TOPO_XML"
+                                 : "hwloc, this machine");
+    } else {
+        printf("this process: numa and nic unknown (ZIPCCL_TOPO_XML=%s cannot be read)\n\n",
+               cfg.topo_xml);
+    }
     for (size_t i = 0; i < zc_param_count(); i++) {
         const zc_param_desc_t *p = zc_param_at(i);
         zc_param_format(p, &cfg, value, sizeof(value));

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """zipccl-info lists every variable of common/params.def, fails on a bad value naming the
-variable and its range, and suggests the closest name for a misspelt one.
+variable and its range, suggests the closest name for a misspelt one, and prints this
+process's NUMA node and nearest NIC.
 
 usage: check_zipccl_info.py ZIPCCL_INFO PARAMS_DEF
 """
@@ -27,11 +28,38 @@ def indent(text):
     return '\n'.join('    ' + line for line in text.splitlines()) or '    (empty)'
 
 
-def run(info, args=(), extra_env=None):
-    """Runs zipccl-info with no ZIPCCL_* variable from the caller's environment."""
+def run(info, args=(), extra_env=None, cpu=None):
+    """Runs zipccl-info with no ZIPCCL_* variable from the caller's environment (bound to
+    @cpu when given)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith('ZIPCCL_')}
     env.update(extra_env or {})
-    return subprocess.run([info, *args], env=env, capture_output=True, text=True, timeout=30)
+    bind = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
+    return subprocess.run([info, *args], env=env, capture_output=True, text=True, timeout=30,
+                          preexec_fn=bind)
+
+
+def check_facts(info, fixtures):
+    """The "this process:" line: its NUMA node and NIC; from a fixture taken as this machine,
+    the node of the CPU it is bound to."""
+    r = run(info)
+    m = re.search(r'^this process: numa (\d+|-), nic (none|\S+ numa (\d+|-)) \((.*)\)$', r.stdout,
+                  flags=re.M)
+    check(m is not None, 'zipccl-info prints "this process: numa N, nic NAME numa M (source)"', r)
+    if m is None or 'without hwloc' in m.group(4):
+        return
+    check(m.group(4) == 'hwloc, this machine', 'the facts come from this machine', r)
+    fixture = os.path.join(fixtures, '2numa-2pu-nic.xml')
+    allowed = os.sched_getaffinity(0)
+    for cpu in (0, 1):
+        if cpu not in allowed:
+            continue
+        r = run(info, extra_env={'ZIPCCL_TOPO_XML': fixture}, cpu=cpu)
+        want = f'this process: numa {cpu}, nic eth0 numa 1 (hwloc, ZIPCCL_TOPO_XML)'
+        check(want in r.stdout, f'bound to cpu {cpu} on {fixture}: "{want}"', r)
+    missing = '/no/such/topology.xml'
+    r = run(info, extra_env={'ZIPCCL_TOPO_XML': missing})
+    check(r.returncode == 0 and f'ZIPCCL_TOPO_XML={missing} cannot be read' in r.stdout
+          and missing in r.stderr, 'an unreadable ZIPCCL_TOPO_XML is said, not fatal', r)
 
 
 def param_names(path):
@@ -59,6 +87,9 @@ def main():
     listed = re.findall(r'^(ZIPCCL_\w+)\s', r.stdout, flags=re.M)
     check(sorted(listed) == sorted(names),
           f'zipccl-info lists exactly the params.def variables (got {listed})', r)
+
+    check_facts(info, os.path.join(os.path.dirname(os.path.abspath(params_def)), '..', 'tests',
+                                   'fixtures', 'topo'))
 
     r = run(info, extra_env={'ZIPCCL_QSGD_BITS': '8'})
     check(r.returncode == 0, 'ZIPCCL_QSGD_BITS=8 is accepted', r)

@@ -1,0 +1,227 @@
+/*
+ * Host groups with every rank's facts (issue 19): 4 ranks as 2 hosts of 2 (ZIPCCL_HOST_ID),
+ * ZIPCCL_TOPOLOGY=hierarchical, ZIPCCL_LOG_LEVEL=info. Every rank logs its own place and
+ * facts and its host's line, rank 0 every host's line; the test checks that the lines carry the
+ * ranks' NUMA nodes, the NIC with its node and the leader, and that every rank logged the same
+ * line for its host as rank 0 did (the facts reached every rank: the allgather agreed).
+ *
+ *   fixture       ZIPCCL_TOPO_XML=tests/fixtures/topo/2numa-2pu-nic.xml (PU 0 on node 0,
+ *                 PU 1 on node 1, eth0 on node 1), taken as this machine: rank 0 unbound
+ *                 (CPUs 0-1), rank 1 on CPU 1, rank 2 on CPU 1, rank 3 on CPU 0. Known answers:
+ *                 host 0 "numa - 1", leader rank 1; host 1 "numa 1 0", leader rank 2. Skipped
+ *                 (exit 77) where CPUs 0 and 1 are not both allowed, and without hwloc.
+ *   this-machine  this machine's topology, as found: each rank's own facts
+ *                 (zc_topo_this_facts, before zc_comm_init) must be what the lines say
+ *                 (without hwloc: every fact unknown, every leader local rank 0).
+ *
+ * Each run then all-reduces once through the hierarchy (its shared memory placed; on a node
+ * this machine lacks, the fixture's node 1, refused with a warning) and checks the exact sum
+ * (ZIPCCL_CODEC=none). Usage: test_groups CASE FIXTURES_DIR. Exits 0 when it passed.
+ */
+#include "harness.h"
+#include "rank_check.h"
+
+#include "transport/topo/topo.h"
+#include "zc_build_config.h"
+
+#include <zipccl/zipccl.h>
+
+#include <sched.h>
+
+#define NRANKS 4
+#define PER_HOST 2
+#define LINE 512
+#define COUNT ((size_t)1 << 16)
+
+/* What the ranks report to the test, in memory shared with them. */
+typedef struct report {
+    zc_topo_facts_t facts[NRANKS];   /* each rank's own, asked before zc_comm_init */
+    char host_line[NRANKS][2][LINE]; /* "host N: ..." as rank r logged it, "" if not */
+    char rank_line[NRANKS][LINE];    /* "rank r is local rank ..." */
+    volatile int root_port_taken;
+} report_t;
+
+static report_t *report;
+static const char *fixtures;
+static int use_fixture;
+
+/* The CPUs each rank is bound to in the fixture case: first and last. */
+static const int fixture_cpus[NRANKS][2] = {{0, 1}, {1, 1}, {1, 1}, {0, 0}};
+
+static int bind_to(int first, int last)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu = first; cpu <= last; cpu++)
+        CPU_SET(cpu, &set);
+    return sched_setaffinity(0, sizeof(set), &set);
+}
+
+/* Copies the rest of the line at @p at (up to the newline) into @p out. */
+static void copy_line(const char *at, char *out)
+{
+    size_t n = strcspn(at, "\n");
+    snprintf(out, LINE, "%.*s", (int)(n < LINE - 1 ? n : LINE - 1), at);
+}
+
+/* Finds what this rank logged about the groups. */
+static int collect(int rank)
+{
+    static const char host_tag[] = "zc_comm_init: host ";
+    static const char rank_tag[] = "zc_comm_init: rank ";
+    for (const char *p = strstr(logged, host_tag); p; p = strstr(p + 1, host_tag)) {
+        int n = -1, used = 0;
+        CHECK(sscanf(p + strlen(host_tag), "%d: %n", &n, &used) == 1 && used > 0 && n >= 0 && n < 2,
+              "unreadable host line: %.80s", p);
+        CHECK(report->host_line[rank][n][0] == '\0', "host %d logged twice", n);
+        copy_line(p + strlen(host_tag) + used, report->host_line[rank][n]);
+    }
+    const char *p = strstr(logged, rank_tag);
+    CHECK(p, "no 'zc_comm_init: rank' line in what was logged");
+    copy_line(p + strlen("zc_comm_init: "), report->rank_line[rank]);
+    return 0;
+}
+
+static int rank_main(int rank, int size, void *arg)
+{
+    char id[32];
+    my_rank = rank;
+    zc_log_set_sink(capture_sink, NULL);
+    if (use_fixture) {
+        char path[1024];
+        const int *cpus = fixture_cpus[rank];
+        CHECK(bind_to(cpus[0], cpus[1]) == 0, "cannot bind to cpus %d-%d", cpus[0], cpus[1]);
+        snprintf(path, sizeof(path), "%s/2numa-2pu-nic.xml", fixtures);
+        setenv("ZIPCCL_TOPO_XML", path, 1);
+    }
+    snprintf(id, sizeof(id), "test-host-%d", rank / PER_HOST);
+    setenv("ZIPCCL_HOST_ID", id, 1);
+    setenv("ZIPCCL_TOPOLOGY", "hierarchical", 1);
+    setenv("ZIPCCL_LOG_LEVEL", "info", 1);
+    setenv("ZIPCCL_CODEC", "none", 1); /* an exact sum to check */
+    zc_status_t status = zc_topo_this_facts(getenv("ZIPCCL_TOPO_XML"), &report->facts[rank]);
+    CHECK(status == ZC_OK, "zc_topo_this_facts: %s", zc_status_string(status));
+
+    zc_comm_t *comm = NULL;
+    zc_harness_step("zc_comm_init");
+    status = zc_comm_init(&comm);
+    if (status == ZC_ERR_IO && rank == 0 && strstr(logged, "cannot listen on port"))
+        report->root_port_taken = 1;
+    CHECK(status == ZC_OK, "zc_comm_init: %s", zc_status_string(status));
+    if (collect(rank))
+        return 1;
+
+    zc_harness_step("allreduce");
+    float *v = malloc(COUNT * sizeof(float));
+    CHECK(v, "out of memory");
+    for (size_t i = 0; i < COUNT; i++)
+        v[i] = (float)(rank + 1) * (float)(i % 7);
+    status = zc_allreduce(comm, v, v, COUNT, ZC_DTYPE_F32, ZC_OP_SUM);
+    CHECK(status == ZC_OK, "allreduce: %s", zc_status_string(status));
+    for (size_t i = 0; i < COUNT; i++)
+        CHECK(v[i] == 10.0f * (float)(i % 7), "value %zu is %g, not %g", i, v[i],
+              10.0 * (double)(i % 7));
+    free(v);
+    zc_comm_destroy(comm);
+    (void)size;
+    (void)arg;
+    return 0;
+}
+
+/* The line of host @p n that its ranks' reported facts make. */
+static void expected_line(int n, char *out)
+{
+    int ranks[PER_HOST];
+    zc_topo_facts_t facts[PER_HOST];
+    for (int l = 0; l < PER_HOST; l++) {
+        ranks[l] = n * PER_HOST + l;
+        facts[l] = report->facts[ranks[l]];
+    }
+    zc_topo_format_host(ranks, facts, PER_HOST, out, LINE);
+}
+
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "check failed: %s: ", #cond);                                          \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static int check_lines(void)
+{
+    static const char *const fixture_hosts[2] = {
+        "ranks 0 1; numa - 1; nic eth0 numa 1; leader rank 1 (local 1)",
+        "ranks 2 3; numa 1 0; nic eth0 numa 1; leader rank 2 (local 0)",
+    };
+    char want[LINE];
+    for (int n = 0; n < 2; n++) {
+        expected_line(n, want);
+        if (use_fixture)
+            EXPECT(strcmp(want, fixture_hosts[n]) == 0, "host %d: the ranks found '%s'", n, want);
+        EXPECT(strcmp(report->host_line[0][n], want) == 0,
+               "rank 0 logged host %d as '%s', not '%s'", n, report->host_line[0][n], want);
+    }
+    for (int r = 0; r < NRANKS; r++) {
+        int mine = r / PER_HOST;
+        char facts[128], prefix[64];
+        EXPECT(strcmp(report->host_line[r][mine], report->host_line[0][mine]) == 0,
+               "rank %d logged its host %d as '%s', rank 0 as '%s'", r, mine,
+               report->host_line[r][mine], report->host_line[0][mine]);
+        if (r != 0)
+            EXPECT(report->host_line[r][1 - mine][0] == '\0',
+                   "rank %d logged the other host too: '%s'", r, report->host_line[r][1 - mine]);
+        zc_topo_facts_format(&report->facts[r], facts, sizeof(facts));
+        snprintf(prefix, sizeof(prefix), "rank %d is local rank %d of %d on host %d of 2", r,
+                 r % PER_HOST, PER_HOST, mine);
+        EXPECT(strncmp(report->rank_line[r], prefix, strlen(prefix)) == 0, "rank %d logged '%s'", r,
+               report->rank_line[r]);
+        EXPECT(strstr(report->rank_line[r], facts) != NULL, "rank %d's line '%s' lacks '%s'", r,
+               report->rank_line[r], facts);
+        fprintf(stderr, "rank %d: %s\n  host %d: %s\n", r, report->rank_line[r], mine,
+                report->host_line[r][mine]);
+    }
+    return 0;
+}
+
+/* Whether this process may run on both CPU 0 and CPU 1. */
+static int cpus_0_and_1_allowed(void)
+{
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_ISSET(0, &set) && CPU_ISSET(1, &set);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3 || (strcmp(argv[1], "fixture") != 0 && strcmp(argv[1], "this-machine") != 0)) {
+        fprintf(stderr, "usage: %s fixture|this-machine FIXTURES_DIR\n", argv[0]);
+        return 2;
+    }
+    use_fixture = strcmp(argv[1], "fixture") == 0;
+    fixtures = argv[2];
+    if (use_fixture && !ZC_HAVE_HWLOC) {
+        fprintf(stderr, "%s: skipped: built without hwloc (ZIPCCL_TOPO_XML is ignored)\n", argv[1]);
+        return 77;
+    }
+    if (use_fixture && !cpus_0_and_1_allowed()) {
+        fprintf(stderr, "%s: skipped: cpus 0 and 1 are not both allowed here\n", argv[1]);
+        return 77;
+    }
+    report = shared_map(sizeof(*report));
+    if (!report)
+        return 1;
+    zc_harness_opts_t o = {.nranks = NRANKS, .deadline_s = 90};
+    int rc = -1;
+    for (int attempt = 0; attempt < 3 && rc != 0; attempt++) {
+        if (attempt && !report->root_port_taken)
+            break;
+        memset(report, 0, sizeof(*report));
+        rc = zc_harness_run(&o, rank_main, NULL);
+    }
+    if (rc == 0)
+        rc = check_lines();
+    fprintf(stderr, "%s: %s\n", argv[1], rc ? "FAILED" : "passed");
+    return rc ? 1 : 0;
+}
