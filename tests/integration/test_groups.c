@@ -14,7 +14,8 @@
  *                 (zc_topo_this_facts, before zc_comm_init) must be what the lines say
  *                 (without hwloc: every fact unknown, every leader local rank 0).
  *
- * Each run then all-reduces once through the hierarchy (its shared memory placed; on a node
+ * Rank 0 checks every rank's report once all have all-reduced (a barrier). Each run
+ * all-reduces once through the hierarchy (its shared memory placed; on a node
  * this machine lacks, the fixture's node 1, refused with a warning) and checks the exact sum
  * (ZIPCCL_CODEC=none). Usage: test_groups CASE FIXTURES_DIR. Exits 0 when it passed.
  */
@@ -82,6 +83,54 @@ static int collect(int rank)
     return 0;
 }
 
+/* The line of host @p n that its ranks' reported facts make. */
+static void expected_line(int n, char *out)
+{
+    int ranks[PER_HOST];
+    zc_topo_facts_t facts[PER_HOST];
+    for (int l = 0; l < PER_HOST; l++) {
+        ranks[l] = n * PER_HOST + l;
+        facts[l] = report->facts[ranks[l]];
+    }
+    zc_topo_format_host(ranks, facts, PER_HOST, out, LINE);
+}
+
+static int check_lines(void)
+{
+    static const char *const fixture_hosts[2] = {
+        "ranks 0 1; numa - 1; nic eth0 numa 1; leader rank 1 (local 1)",
+        "ranks 2 3; numa 1 0; nic eth0 numa 1; leader rank 2 (local 0)",
+    };
+    char want[LINE];
+    for (int n = 0; n < 2; n++) {
+        expected_line(n, want);
+        if (use_fixture)
+            CHECK(strcmp(want, fixture_hosts[n]) == 0, "host %d: the ranks found '%s'", n, want);
+        CHECK(strcmp(report->host_line[0][n], want) == 0, "rank 0 logged host %d as '%s', not '%s'",
+              n, report->host_line[0][n], want);
+    }
+    for (int r = 0; r < NRANKS; r++) {
+        int mine = r / PER_HOST;
+        char facts[128], prefix[64];
+        CHECK(strcmp(report->host_line[r][mine], report->host_line[0][mine]) == 0,
+              "rank %d logged its host %d as '%s', rank 0 as '%s'", r, mine,
+              report->host_line[r][mine], report->host_line[0][mine]);
+        if (r != 0)
+            CHECK(report->host_line[r][1 - mine][0] == '\0',
+                  "rank %d logged the other host too: '%s'", r, report->host_line[r][1 - mine]);
+        zc_topo_facts_format(&report->facts[r], facts, sizeof(facts));
+        snprintf(prefix, sizeof(prefix), "rank %d is local rank %d of %d on host %d of 2", r,
+                 r % PER_HOST, PER_HOST, mine);
+        CHECK(strncmp(report->rank_line[r], prefix, strlen(prefix)) == 0, "rank %d logged '%s'", r,
+              report->rank_line[r]);
+        CHECK(strstr(report->rank_line[r], facts) != NULL, "rank %d's line '%s' lacks '%s'", r,
+              report->rank_line[r], facts);
+        fprintf(stderr, "rank %d: %s\n  host %d: %s\n", r, report->rank_line[r], mine,
+                report->host_line[r][mine]);
+    }
+    return 0;
+}
+
 static int rank_main(int rank, int size, void *arg)
 {
     char id[32];
@@ -122,67 +171,12 @@ static int rank_main(int rank, int size, void *arg)
         CHECK(v[i] == 10.0f * (float)(i % 7), "value %zu is %g, not %g", i, v[i],
               10.0 * (double)(i % 7));
     free(v);
+    /* the all-reduce was a barrier: every rank's report is in */
+    if (rank == 0 && check_lines())
+        return 1;
     zc_comm_destroy(comm);
     (void)size;
     (void)arg;
-    return 0;
-}
-
-/* The line of host @p n that its ranks' reported facts make. */
-static void expected_line(int n, char *out)
-{
-    int ranks[PER_HOST];
-    zc_topo_facts_t facts[PER_HOST];
-    for (int l = 0; l < PER_HOST; l++) {
-        ranks[l] = n * PER_HOST + l;
-        facts[l] = report->facts[ranks[l]];
-    }
-    zc_topo_format_host(ranks, facts, PER_HOST, out, LINE);
-}
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "check failed: %s: ", #cond);                                          \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
-
-static int check_lines(void)
-{
-    static const char *const fixture_hosts[2] = {
-        "ranks 0 1; numa - 1; nic eth0 numa 1; leader rank 1 (local 1)",
-        "ranks 2 3; numa 1 0; nic eth0 numa 1; leader rank 2 (local 0)",
-    };
-    char want[LINE];
-    for (int n = 0; n < 2; n++) {
-        expected_line(n, want);
-        if (use_fixture)
-            EXPECT(strcmp(want, fixture_hosts[n]) == 0, "host %d: the ranks found '%s'", n, want);
-        EXPECT(strcmp(report->host_line[0][n], want) == 0,
-               "rank 0 logged host %d as '%s', not '%s'", n, report->host_line[0][n], want);
-    }
-    for (int r = 0; r < NRANKS; r++) {
-        int mine = r / PER_HOST;
-        char facts[128], prefix[64];
-        EXPECT(strcmp(report->host_line[r][mine], report->host_line[0][mine]) == 0,
-               "rank %d logged its host %d as '%s', rank 0 as '%s'", r, mine,
-               report->host_line[r][mine], report->host_line[0][mine]);
-        if (r != 0)
-            EXPECT(report->host_line[r][1 - mine][0] == '\0',
-                   "rank %d logged the other host too: '%s'", r, report->host_line[r][1 - mine]);
-        zc_topo_facts_format(&report->facts[r], facts, sizeof(facts));
-        snprintf(prefix, sizeof(prefix), "rank %d is local rank %d of %d on host %d of 2", r,
-                 r % PER_HOST, PER_HOST, mine);
-        EXPECT(strncmp(report->rank_line[r], prefix, strlen(prefix)) == 0, "rank %d logged '%s'", r,
-               report->rank_line[r]);
-        EXPECT(strstr(report->rank_line[r], facts) != NULL, "rank %d's line '%s' lacks '%s'", r,
-               report->rank_line[r], facts);
-        fprintf(stderr, "rank %d: %s\n  host %d: %s\n", r, report->rank_line[r], mine,
-                report->host_line[r][mine]);
-    }
     return 0;
 }
 
@@ -220,8 +214,6 @@ int main(int argc, char **argv)
         memset(report, 0, sizeof(*report));
         rc = zc_harness_run(&o, rank_main, NULL);
     }
-    if (rc == 0)
-        rc = check_lines();
     fprintf(stderr, "%s: %s\n", argv[1], rc ? "FAILED" : "passed");
     return rc ? 1 : 0;
 }

@@ -41,44 +41,52 @@ static zc_topo_facts_t facts_of(zc_topo_t *topo, const char *cpulist)
     return f;
 }
 
-Test(facts, two_sockets_each_node_and_its_nic)
-{
-    zc_topo_t *topo = load_fixture(FIXTURE_2SOCKET);
-    zc_topo_facts_t f;
+/* A binding and the facts it must give. */
+typedef struct facts_case {
+    const char *cpus;
+    int numa;
+    const char *nic;
+    int nic_numa;
+} facts_case_t;
 
-    /* node 0 holds PUs 0-3,8-11 with eno1 and mlx5_0 (RDMA first); node 1 4-7,12-15 with eth1 */
-    f = facts_of(topo, "0-3");
-    assert_facts(&f, 0, "mlx5_0:1", 0, "0-3");
-    f = facts_of(topo, "8");
-    assert_facts(&f, 0, "mlx5_0:1", 0, "8");
-    f = facts_of(topo, "4-7");
-    assert_facts(&f, 1, "eth1", 1, "4-7");
-    f = facts_of(topo, "12-13");
-    assert_facts(&f, 1, "eth1", 1, "12-13");
-    /* across both nodes: no node; the nic nearest the whole machine */
-    f = facts_of(topo, "0-15");
-    assert_facts(&f, -1, "mlx5_0:1", 0, "0-15");
-    f = facts_of(topo, "3,4");
-    assert_facts(&f, -1, "mlx5_0:1", 0, "3,4");
-    /* cpus the machine does not have: unknown place, measured from the machine */
-    f = facts_of(topo, "100-101");
-    assert_facts(&f, -1, "mlx5_0:1", 0, "100-101");
+static void assert_cases(const char *fixture, const facts_case_t *cases, size_t n)
+{
+    zc_topo_t *topo = load_fixture(fixture);
+
+    for (size_t i = 0; i < n; i++) {
+        zc_topo_facts_t f = facts_of(topo, cases[i].cpus);
+
+        assert_facts(&f, cases[i].numa, cases[i].nic, cases[i].nic_numa, cases[i].cpus);
+    }
     cr_assert_eq(topo_logs.errors, 0, "%s", topo_logs.text);
     zc_topo_destroy(topo);
 }
 
+Test(facts, two_sockets_each_node_and_its_nic)
+{
+    static const facts_case_t cases[] = {
+        /* node 0 holds PUs 0-3,8-11 with eno1 and mlx5_0 (RDMA first); node 1 4-7,12-15, eth1 */
+        {"0-3", 0, "mlx5_0:1", 0},
+        {"8", 0, "mlx5_0:1", 0},
+        {"4-7", 1, "eth1", 1},
+        {"12-13", 1, "eth1", 1},
+        /* across both nodes: no node; the nic nearest the whole machine */
+        {"0-15", -1, "mlx5_0:1", 0},
+        {"3,4", -1, "mlx5_0:1", 0},
+        /* cpus the machine does not have: unknown place, measured from the machine */
+        {"100-101", -1, "mlx5_0:1", 0},
+    };
+    assert_cases(FIXTURE_2SOCKET, cases, ZC_ARRAY_SIZE(cases));
+}
+
 Test(facts, two_nodes_of_one_pu)
 {
-    zc_topo_t *topo = load_fixture(FIXTURE_2NUMA);
-    zc_topo_facts_t f;
-
-    f = facts_of(topo, "0");
-    assert_facts(&f, 0, "eth0", 1, "0");
-    f = facts_of(topo, "1");
-    assert_facts(&f, 1, "eth0", 1, "1");
-    f = facts_of(topo, "0-1");
-    assert_facts(&f, -1, "eth0", 1, "0-1");
-    zc_topo_destroy(topo);
+    static const facts_case_t cases[] = {
+        {"0", 0, "eth0", 1},
+        {"1", 1, "eth0", 1},
+        {"0-1", -1, "eth0", 1},
+    };
+    assert_cases(FIXTURE_2NUMA, cases, ZC_ARRAY_SIZE(cases));
 }
 
 Test(facts, no_nic_is_none_not_an_error)
