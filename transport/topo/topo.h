@@ -191,7 +191,8 @@ zc_status_t zc_topo_facts(const zc_topo_t *topo, const char *cpulist, zc_topo_fa
  * a later call with another path loads that one). Without hwloc, or when
  * hwloc cannot discover this machine (logged once, warn), the facts are
  * unknown and ZC_OK is returned. Errors: the file @p xml_path cannot be
- * loaded (as zc_topo_load, logged naming ZIPCCL_TOPO_XML). Thread safe.
+ * loaded (as zc_topo_load's, logged with the path), ZC_ERR_NO_MEMORY. Thread
+ * safe (one mutex around the load and the query).
  */
 zc_status_t zc_topo_this_facts(const char *xml_path, zc_topo_facts_t *facts_p);
 
