@@ -20,11 +20,14 @@ typedef struct zc_hier zc_hier_t;
 
 /*
  * Groups @p comm's ranks by host (the identities of zc_topo_host_id, or
- * ZIPCCL_HOST_ID), logs the groups at info level, and, when ZIPCCL_TOPOLOGY
- * asks for it (auto: two hosts or more, every host with the same number, two
- * or more, of ranks), sets up the host's shared memory and the communicator
- * between hosts. Collective over comm->bs, after the transport is up. Writes
- * NULL into @p hier_p for a flat communicator. Errors: ZIPCCL_TOPOLOGY=
+ * ZIPCCL_HOST_ID) with every rank's facts (zc_topo_this_facts: NUMA node,
+ * nearest NIC; all ranks get all), logs the groups at info level, and, when
+ * ZIPCCL_TOPOLOGY asks for it (auto: two hosts or more, every host with the same number, two
+ * or more, of ranks), picks the host's leader (zc_topo_pick_leader), sets
+ * up the host's shared memory (this rank's buffers on its NUMA node) and the
+ * communicator between hosts. Collective over comm->bs, after the transport is up. Writes
+ * NULL into @p hier_p for a flat communicator. Errors: a rank that cannot
+ * read its ZIPCCL_TOPO_XML (ZC_ERR_INVALID_CONFIG on every rank), ZIPCCL_TOPOLOGY=
  * hierarchical with unequal hosts (ZC_ERR_INVALID_CONFIG), shared memory or
  * the inter-host communicator failing (logged; auto then stays flat when every
  * rank could not set up its shared memory), bootstrap errors.

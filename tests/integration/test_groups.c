@@ -13,6 +13,8 @@
  *   this-machine  this machine's topology, as found: each rank's own facts
  *                 (zc_topo_this_facts, before zc_comm_init) must be what the lines say
  *                 (without hwloc: every fact unknown, every leader local rank 0).
+ *   unreadable-xml rank 2's ZIPCCL_TOPO_XML names no file: every rank's zc_comm_init fails
+ *                 with ZC_ERR_INVALID_CONFIG naming rank 2 (skipped without hwloc).
  *
  * Rank 0 checks every rank's report once all have all-reduced (a barrier). Each run
  * all-reduces once through the hierarchy (its shared memory placed; on a node
@@ -44,7 +46,7 @@ typedef struct report {
 
 static report_t *report;
 static const char *fixtures;
-static int use_fixture;
+static int use_fixture, unreadable;
 
 /* The CPUs each rank is bound to in the fixture case: first and last. */
 static const int fixture_cpus[NRANKS][2] = {{0, 1}, {1, 1}, {1, 1}, {0, 0}};
@@ -143,12 +145,19 @@ static int rank_main(int rank, int size, void *arg)
         snprintf(path, sizeof(path), "%s/2numa-2pu-nic.xml", fixtures);
         setenv("ZIPCCL_TOPO_XML", path, 1);
     }
+    if (unreadable && rank == 2) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/no-such-topology.xml", fixtures);
+        setenv("ZIPCCL_TOPO_XML", path, 1);
+    }
     snprintf(id, sizeof(id), "test-host-%d", rank / PER_HOST);
     setenv("ZIPCCL_HOST_ID", id, 1);
     setenv("ZIPCCL_TOPOLOGY", "hierarchical", 1);
     setenv("ZIPCCL_LOG_LEVEL", "info", 1);
     setenv("ZIPCCL_CODEC", "none", 1); /* an exact sum to check */
-    zc_status_t status = zc_topo_this_facts(getenv("ZIPCCL_TOPO_XML"), &report->facts[rank]);
+    zc_status_t status = ZC_OK;
+    if (!unreadable)
+        status = zc_topo_this_facts(getenv("ZIPCCL_TOPO_XML"), &report->facts[rank]);
     CHECK(status == ZC_OK, "zc_topo_this_facts: %s", zc_status_string(status));
 
     zc_comm_t *comm = NULL;
@@ -156,6 +165,16 @@ static int rank_main(int rank, int size, void *arg)
     status = zc_comm_init(&comm);
     if (status == ZC_ERR_IO && rank == 0 && strstr(logged, "cannot listen on port"))
         report->root_port_taken = 1;
+    if (unreadable) {
+        /* every rank fails alike, naming rank 2; rank 2 also said why */
+        CHECK(status == ZC_ERR_INVALID_CONFIG, "zc_comm_init: %s, not ZC_ERR_INVALID_CONFIG",
+              zc_status_string(status));
+        CHECK(strstr(logged, "rank 2 cannot read its topology (ZIPCCL_TOPO_XML)"),
+              "the failure does not name rank 2");
+        CHECK(rank != 2 || strstr(logged, "no-such-topology.xml: No such file"),
+              "rank 2 does not name its file");
+        return FAILED_AS_EXPECTED;
+    }
     CHECK(status == ZC_OK, "zc_comm_init: %s", zc_status_string(status));
     if (collect(rank))
         return 1;
@@ -189,13 +208,15 @@ static int cpus_0_and_1_allowed(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3 || (strcmp(argv[1], "fixture") != 0 && strcmp(argv[1], "this-machine") != 0)) {
-        fprintf(stderr, "usage: %s fixture|this-machine FIXTURES_DIR\n", argv[0]);
+    if (argc != 3 || (strcmp(argv[1], "fixture") != 0 && strcmp(argv[1], "this-machine") != 0 &&
+                      strcmp(argv[1], "unreadable-xml") != 0)) {
+        fprintf(stderr, "usage: %s fixture|this-machine|unreadable-xml FIXTURES_DIR\n", argv[0]);
         return 2;
     }
     use_fixture = strcmp(argv[1], "fixture") == 0;
+    unreadable = strcmp(argv[1], "unreadable-xml") == 0;
     fixtures = argv[2];
-    if (use_fixture && !ZC_HAVE_HWLOC) {
+    if ((use_fixture || unreadable) && !ZC_HAVE_HWLOC) {
         fprintf(stderr, "%s: skipped: built without hwloc (ZIPCCL_TOPO_XML is ignored)\n", argv[1]);
         return 77;
     }
@@ -206,7 +227,10 @@ int main(int argc, char **argv)
     report = shared_map(sizeof(*report));
     if (!report)
         return 1;
-    zc_harness_opts_t o = {.nranks = NRANKS, .deadline_s = 90};
+    zc_harness_opts_t o = {.nranks = NRANKS,
+                           .deadline_s = 90,
+                           .expect_fail_mask = unreadable ? (1ul << NRANKS) - 1 : 0,
+                           .expect_fail_status = FAILED_AS_EXPECTED};
     int rc = -1;
     for (int attempt = 0; attempt < 3 && rc != 0; attempt++) {
         if (attempt && !report->root_port_taken)
