@@ -79,10 +79,13 @@ static int collect(int rank)
         CHECK(report->host_line[rank][n][0] == '\0', "host %d logged twice", n);
         copy_line(p + strlen(host_tag) + used, report->host_line[rank][n]);
     }
-    const char *p = strstr(logged, rank_tag);
-    CHECK(p, "no 'zc_comm_init: rank' line in what was logged");
-    copy_line(p + strlen("zc_comm_init: "), report->rank_line[rank]);
-    return 0;
+    for (const char *p = strstr(logged, rank_tag); p; p = strstr(p + 1, rank_tag)) {
+        copy_line(p + strlen("zc_comm_init: "), report->rank_line[rank]);
+        if (strstr(report->rank_line[rank], " is local rank "))
+            return 0; /* not the line that closes zc_comm_init ("rank 0 of 4, bootstrap ...") */
+    }
+    CHECK(0, "no 'zc_comm_init: rank R is local rank' line in what was logged");
+    return 1;
 }
 
 /* The line of host @p n that its ranks' reported facts make. */
