@@ -19,9 +19,10 @@ static void ureq_init(void *request)
 
 /*
  * UCP_FEATURE_WAKEUP lets waits sleep on a worker's event descriptor
- * (zc_ucx_sleep). In UCX 1.13 tcp, posix and sysv shared memory, cma and self
- * all support it; a UCX that refuses the feature gets a context without it,
- * whose waits poll as before.
+ * (zc_ucx_worker_sleep). UCX 1.13 keeps its transports with it: tcp, sysv or
+ * posix shared memory with cma were chosen here as before, and self-sends
+ * work; a UCX that refuses the feature gets a context without it, whose waits
+ * poll as before.
  */
 static zc_status_t context_create(ucp_context_h *context_p, int *wakeup_p)
 {

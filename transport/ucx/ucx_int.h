@@ -27,7 +27,7 @@ struct zc_ucx_worker {
     ucp_address_t *addr;
     size_t addr_len;
     pthread_mutex_t lock;
-    int efd;                 /* ucp_worker_get_efd's descriptor, or -1: waits poll (zc_ucx_sleep) */
+    int efd; /* ucp_worker_get_efd's descriptor, or -1: waits poll (zc_ucx_worker_sleep) */
     zc_ucx_ureq_t *inflight; /* head of the list of UCX requests not yet completed */
     zc_ucx_op_t *posting;    /* the receive being posted (op.c: zc_ucx_op_recv) */
 };
