@@ -9,7 +9,6 @@
 #include "common/compiler.h"
 #include "common/log.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,9 +122,9 @@ ZC_EXPORT zc_status_t zc_wait(zc_request_t **req_p)
         pthread_mutex_unlock(&comm->lock);
     } else {
         /* every op ends: by completing, by a peer failure, or by the deadline */
+        uint64_t busy_ns = zc_time_ns();
         while (!op->done)
-            if (!zc_comm_progress(comm))
-                sched_yield();
+            zc_comm_wait_round(comm, &busy_ns);
     }
     return release(req_p);
 }

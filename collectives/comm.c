@@ -10,7 +10,6 @@
 #include "transport/bootstrap/tcp.h"
 
 #include <inttypes.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,20 +53,24 @@ static const zc_bootstrap_ops_t hooks_ops = {
     .destroy = hooks_destroy,
 };
 
-/* Runs the queue whenever it holds ops; sleeps otherwise. */
+/* Runs the queue whenever it holds ops (zc_comm_wait_round's rule); sleeps otherwise. */
 static void *progress_thread(void *arg)
 {
     zc_comm_t *comm = arg;
+    uint64_t busy_ns = 0;
 
     pthread_mutex_lock(&comm->lock);
     for (;;) {
+        if (!comm->head)
+            busy_ns = 0;
         while (!comm->head && !comm->thread_stop)
             pthread_cond_wait(&comm->cond, &comm->lock);
         if (!comm->head && comm->thread_stop)
             break;
         pthread_mutex_unlock(&comm->lock);
-        if (!zc_comm_progress(comm))
-            sched_yield();
+        if (!busy_ns)
+            busy_ns = zc_time_ns(); /* a new op: poll first */
+        zc_comm_wait_round(comm, &busy_ns);
         pthread_mutex_lock(&comm->lock);
     }
     pthread_mutex_unlock(&comm->lock);
@@ -365,9 +368,9 @@ ZC_EXPORT void zc_comm_destroy(zc_comm_t *comm)
             pthread_cond_wait(&comm->cond, &comm->lock);
         pthread_mutex_unlock(&comm->lock);
     } else {
+        uint64_t busy_ns = zc_time_ns();
         while (comm->head)
-            if (!zc_comm_progress(comm))
-                sched_yield();
+            zc_comm_wait_round(comm, &busy_ns);
     }
     double residual = zc_comm_residual_norm(comm);
     comm->stats.oob_values = zc_comm_oob_values(comm);

@@ -106,6 +106,151 @@ static void describe(const zc_coll_op_t *op, char *buf, size_t len)
              zc_codec_name(op->path.params.codec));
 }
 
+/* ---- waiting: poll, then sleep (docs/collectives.md, "Progress, deadlines and failures") ---- */
+
+/*
+ * How long a waiter keeps polling (progress, sched_yield) after the last round
+ * that moved something before it sleeps: the gaps inside a call (a reply on
+ * its way, a peer's next chunk) are shorter and waking costs more than them.
+ */
+#define SPIN_NS 50000ull
+/*
+ * The longest sleep: well under the 1 s gap op_advance forgives a caller that
+ * stayed away from zc_test, and often enough for UCX's timers (keepalive).
+ */
+#define SLEEP_MAX_NS 100000000ull
+/*
+ * Waits no transport event announces (shared-memory rounds of the hierarchical
+ * algorithm) poll; idle for longer than SHM_POLL_NS they sleep in steps of
+ * SHM_STEP_NS, which their 20 ms liveness checks and deadline do not notice.
+ */
+#define SHM_POLL_NS 1000000ull
+#define SHM_STEP_NS 100000ull
+
+/* What the rounds of progress since a waiter's last look found (zc_comm_progress fills it). */
+typedef struct wake {
+    int busy; /* something moved, or an op has work no event announces: poll on */
+    int shm;  /* an op waits for what no transport event announces: short steps */
+    size_t n; /* workers whose events end a sleep */
+    zc_ucx_worker_t *workers[ZC_UCX_SLEEP_MAX];
+    uint64_t until_ns; /* the earliest timer: an op's deadline */
+    unsigned waits;    /* ops registered (a hierarchical op sees its inner one's) */
+} wake_t;
+
+static zc_coll_op_t *queue_head(zc_comm_t *comm);
+
+/* The waiter's record on this thread while its round of progress runs, else NULL. */
+static _Thread_local wake_t *round_wake;
+
+static void wake_add(wake_t *w, zc_ucx_worker_t *worker)
+{
+    for (size_t i = 0; i < w->n; i++)
+        if (w->workers[i] == worker)
+            return;
+    if (w->n < ZC_UCX_SLEEP_MAX)
+        w->workers[w->n++] = worker;
+    else
+        w->shm = 1; /* more than one sleep watches: steps */
+}
+
+/*
+ * Idle since @p busy_ns (the last round that moved something): polls for
+ * SPIN_NS, then sleeps on @p w's workers until an event or its timer.
+ */
+static void idle_wait(const wake_t *w, uint64_t now, uint64_t busy_ns)
+{
+    uint64_t idle = now - busy_ns;
+
+    if (idle < SPIN_NS || w->n == 0 || (w->shm && idle < SHM_POLL_NS)) {
+        sched_yield();
+        return;
+    }
+    if (w->shm) {
+        struct timespec ts = {.tv_nsec = (long)SHM_STEP_NS};
+        nanosleep(&ts, NULL);
+        return;
+    }
+    uint64_t until = ZC_MIN(w->until_ns, now + SLEEP_MAX_NS);
+    if (until <= now || zc_ucx_worker_sleep(w->workers, w->n, until - now) == ZC_ERR_UNSUPPORTED)
+        sched_yield();
+}
+
+/* A UCX-only wait on @p comm after a round of zc_ucx_progress that found @p events. */
+static void ucx_idle(zc_comm_t *comm, unsigned events, uint64_t *busy_ns_p, uint64_t until_ns)
+{
+    wake_t w = {.n = 1, .workers = {zc_ucx_comm_worker(comm->ucx)}, .until_ns = until_ns};
+    uint64_t now = zc_time_ns();
+
+    if (events) {
+        *busy_ns_p = now;
+        return;
+    }
+    idle_wait(&w, now, *busy_ns_p);
+}
+
+/* The head op and what it had done before a round of progress: what changed is work. */
+typedef struct round_snap {
+    const zc_coll_op_t *op;
+    int phase;
+    uint64_t encode_ns, decode_ns, bytes_wire;
+    uint64_t posted, completed;
+    unsigned waits;
+} round_snap_t;
+
+static void round_snap(const zc_comm_t *comm, const zc_coll_op_t *op, const wake_t *w,
+                       round_snap_t *s)
+{
+    *s = (round_snap_t){.op = op,
+                        .phase = op->phase,
+                        .encode_ns = op->stats.encode_ns,
+                        .decode_ns = op->stats.decode_ns,
+                        .bytes_wire = op->stats.bytes_wire,
+                        .posted = zc_ucx_posted(comm->ucx),
+                        .completed = zc_ucx_completed(comm->ucx),
+                        .waits = w->waits};
+}
+
+/*
+ * After a round of progress on @p comm: whether its head op may sleep, on what.
+ * Any change is work (more may follow without an event: the algorithms do one
+ * step per call); an op that only waits for its transfers sleeps on the
+ * communicator's worker until its deadline; a hierarchical op waits for
+ * shared memory (steps) unless its round ran an inner communicator's op that
+ * waits for transfers (then on both workers: this one carries the aborts).
+ */
+static void round_note(zc_comm_t *comm, const round_snap_t *s, int activity, wake_t *w)
+{
+    const zc_coll_op_t *op = activity ? NULL : queue_head(comm);
+
+    if (!op || op != s->op || op->phase != s->phase || op->phase == PHASE_QUEUED ||
+        op->stats.encode_ns != s->encode_ns || op->stats.decode_ns != s->decode_ns ||
+        op->stats.bytes_wire != s->bytes_wire || zc_ucx_posted(comm->ucx) != s->posted ||
+        zc_ucx_completed(comm->ucx) != s->completed) {
+        w->busy = 1;
+        return;
+    }
+    if (op->phase == PHASE_ALGO && op->algo == &zc_algo_hier && w->waits == s->waits)
+        w->shm = 1;
+    wake_add(w, zc_ucx_comm_worker(comm->ucx));
+    w->until_ns = ZC_MIN(w->until_ns, op->deadline_ns + 1000000ull); /* past it: it fails */
+    w->waits++;
+}
+
+void zc_comm_wait_round(zc_comm_t *comm, uint64_t *busy_ns_p)
+{
+    wake_t w = {.until_ns = UINT64_MAX}, *outer = round_wake;
+
+    round_wake = &w;
+    int activity = zc_comm_progress(comm);
+    round_wake = outer;
+    uint64_t now = zc_time_ns();
+    if (activity || w.busy) {
+        *busy_ns_p = now;
+        return;
+    }
+    idle_wait(&w, now, *busy_ns_p);
+}
+
 zc_status_t zc_op_create(zc_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                          zc_dtype_t dtype, zc_redop_t redop, uint64_t key, zc_coll_op_t **op_p)
 {
@@ -604,15 +749,14 @@ void zc_coll_abort_flush(zc_comm_t *comm)
     if (!comm->abort_sent)
         return;
     zc_ucx_req_t *sends = comm->abort_reqs + comm->size;
-    uint64_t deadline = zc_time_ns() + ABORT_FLUSH_NS;
+    uint64_t busy_ns = zc_time_ns(), deadline = busy_ns + ABORT_FLUSH_NS;
     for (;;) {
         int pending = 0;
         for (int r = 0; r < comm->size; r++)
             pending += sends[r].status == ZC_INPROGRESS;
         if (!pending || zc_time_ns() > deadline)
             break;
-        if (!zc_ucx_progress(comm->ucx))
-            sched_yield();
+        ucx_idle(comm, zc_ucx_progress(comm->ucx), &busy_ns, deadline);
     }
 }
 
@@ -735,10 +879,11 @@ static void stall_settle(zc_comm_t *comm)
 /* Listens until @p until for the other ranks' aborts, then names the stalled rank. */
 static void stall_gather(zc_comm_t *comm, uint64_t until)
 {
+    uint64_t busy_ns = zc_time_ns();
+
     while (zc_time_ns() < until) {
         abort_alive(comm);
-        if (!zc_ucx_progress(comm->ucx))
-            sched_yield();
+        ucx_idle(comm, zc_ucx_progress(comm->ucx), &busy_ns, until);
     }
     stall_settle(comm);
 }
@@ -758,10 +903,9 @@ static zc_status_t failure_settle(zc_coll_op_t *op, zc_status_t status)
     if (status >= 0 || op->phase == PHASE_AGREED_FAIL || comm->broken)
         return status;
     if (status == ZC_ERR_PEER) {
-        uint64_t until = zc_time_ns() + PEER_GRACE_NS;
+        uint64_t busy_ns = zc_time_ns(), until = busy_ns + PEER_GRACE_NS;
         while (!comm->broken && zc_time_ns() < until)
-            if (!zc_ucx_progress(comm->ucx))
-                sched_yield();
+            ucx_idle(comm, zc_ucx_progress(comm->ucx), &busy_ns, until);
         if (comm->broken) {
             log_broken(op);
             return comm->broken;
@@ -921,9 +1065,13 @@ int zc_comm_progress(zc_comm_t *comm)
 {
     int activity = 0;
     zc_coll_op_t *op = queue_head(comm);
+    wake_t *w = round_wake;
+    round_snap_t snap = {0};
 
     if (!op)
         return 0;
+    if (w)
+        round_snap(comm, op, w, &snap);
     /* a broken communicator moves nothing: its peers may be gone, and are not our news */
     unsigned events = comm->broken ? 0 : zc_ucx_progress(comm->ucx);
     /* a deadline on this op's transfers: UCX's keepalive is an event every 20 s, not progress */
@@ -949,5 +1097,7 @@ int zc_comm_progress(zc_comm_t *comm)
         unlock(comm);
         activity++;
     }
+    if (w)
+        round_note(comm, &snap, activity, w);
     return activity;
 }

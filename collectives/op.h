@@ -18,11 +18,22 @@ void zc_op_enqueue(zc_comm_t *comm, zc_coll_op_t *op);
 /*
  * One round of progress on the calling thread: the UCX worker, then the ops at
  * the head of the queue as far as they go. Returns 0 when nothing happened (no
- * transport event, no op completed): waiting loops then yield the CPU, which
- * matters when ranks outnumber cores. Without a progress thread, only the
- * thread using the communicator calls it.
+ * transport event, no op completed); waiting loops call zc_comm_wait_round
+ * instead. Without a progress thread, only the thread using the communicator
+ * calls it.
  */
 int zc_comm_progress(zc_comm_t *comm);
+
+/*
+ * One round of a waiting loop (zc_wait, the progress thread, teardown):
+ * zc_comm_progress, then, when it moved nothing, the waiting rule: poll
+ * (sched_yield) within 50 us of the last round that moved something
+ * (*busy_ns_p, which it updates; start it at the loop's start), then sleep on
+ * the UCX workers the ops wait for until an event or the next deadline (at
+ * most 0.1 s); ops that wait for shared memory poll, then sleep in 0.1 ms
+ * steps; ops with work queued never sleep. docs/collectives.md.
+ */
+void zc_comm_wait_round(zc_comm_t *comm, uint64_t *busy_ns_p);
 
 /* Whether @p op has completed (thread safe). */
 int zc_op_done(zc_coll_op_t *op);

@@ -116,6 +116,16 @@ uint64_t zc_ucx_completed(const zc_ucx_comm_t *comm)
     return comm->completed;
 }
 
+uint64_t zc_ucx_posted(const zc_ucx_comm_t *comm)
+{
+    return comm->posted;
+}
+
+zc_ucx_worker_t *zc_ucx_comm_worker(const zc_ucx_comm_t *comm)
+{
+    return comm->worker;
+}
+
 void zc_ucx_set_quiet(zc_ucx_comm_t *comm)
 {
     comm->quiet = 1;
@@ -164,6 +174,7 @@ static zc_status_t post(zc_ucx_comm_t *comm, int is_recv, int peer, uint64_t tag
      * callback run, inside the call.
      */
     *req = r;
+    comm->posted++;
     zc_status_t status =
         is_recv
             ? zc_ucx_op_recv(comm->worker, zc_ucx_tag(peer, tag), buf, len, op_done, req, &req->op)

@@ -109,6 +109,32 @@ const void *zc_ucx_worker_address(const zc_ucx_worker_t *worker, size_t *len_p);
 unsigned zc_ucx_worker_progress(zc_ucx_worker_t *worker);
 
 /*
+ * Sleeping instead of polling (UCP_FEATURE_WAKEUP). A waiter progresses the
+ * worker until a round finds nothing, then arms it: ZC_OK means nothing is
+ * pending and its descriptor (zc_ucx_worker_fd) becomes readable at the next
+ * event (a message or a send completion, a peer failure, UCX's own traffic);
+ * ZC_INPROGRESS means events are pending (progress again, do not sleep);
+ * ZC_ERR_UNSUPPORTED means this worker cannot wake a sleeper (a UCX or a
+ * transport without wakeup support): the caller polls, as it would without
+ * wakeup. Same thread rules as progress.
+ */
+zc_status_t zc_ucx_worker_arm(zc_ucx_worker_t *worker);
+/* The worker's event descriptor (readable once an armed worker has events), or -1: none. */
+int zc_ucx_worker_fd(const zc_ucx_worker_t *worker);
+
+/* The most workers one sleep watches. */
+#define ZC_UCX_SLEEP_MAX 4
+
+/*
+ * Arms the @p n (1..ZC_UCX_SLEEP_MAX) workers and sleeps until one has an event
+ * or @p timeout_ns passes (a signal may end it sooner). Returns ZC_OK after
+ * sleeping; without sleeping, the first arm's ZC_INPROGRESS (events pending:
+ * progress) or ZC_ERR_UNSUPPORTED (poll instead); ZC_ERR_IO when poll fails.
+ * Each worker must have been progressed until it found nothing, on this thread.
+ */
+zc_status_t zc_ucx_worker_sleep(zc_ucx_worker_t *const *workers, size_t n, uint64_t timeout_ns);
+
+/*
  * The worker's mutex, for callers that drive it from several threads: every
  * call on the worker, its endpoints and operations then holds it, so that
  * callbacks run with it held. Not recursive.
@@ -330,6 +356,12 @@ unsigned zc_ucx_progress(zc_ucx_comm_t *comm);
  * with a stalled peer).
  */
 uint64_t zc_ucx_completed(const zc_ucx_comm_t *comm);
+
+/* The number of requests of @p comm started so far (isend, irecv). */
+uint64_t zc_ucx_posted(const zc_ucx_comm_t *comm);
+
+/* @p comm's worker, for zc_ucx_worker_sleep. */
+zc_ucx_worker_t *zc_ucx_comm_worker(const zc_ucx_comm_t *comm);
 
 /*
  * From now on, failed requests of @p comm are not logged: its user has given

@@ -27,6 +27,7 @@ struct zc_ucx_worker {
     ucp_address_t *addr;
     size_t addr_len;
     pthread_mutex_t lock;
+    int efd; /* ucp_worker_get_efd's descriptor, or -1: waits poll (zc_ucx_worker_sleep) */
     zc_ucx_ureq_t *inflight; /* head of the list of UCX requests not yet completed */
     zc_ucx_op_t *posting;    /* the receive being posted (op.c: zc_ucx_op_recv) */
 };
@@ -59,6 +60,7 @@ struct zc_ucx_comm {
     int saw_failure;     /* a peer failed or a request was abandoned: close by force */
     const char *what;    /* the caller's operation of the wait in progress, or NULL */
     uint64_t completed;  /* requests completed successfully (zc_ucx_completed) */
+    uint64_t posted;     /* requests started (zc_ucx_posted) */
     int quiet;           /* zc_ucx_set_quiet: failures are no longer logged */
 };
 
@@ -66,10 +68,11 @@ struct zc_ucx_comm {
 zc_status_t zc_ucx_status(ucs_status_t status);
 
 /*
- * Takes a reference on the process's UCP context, creating it on first use.
- * Thread safe. Errors are logged.
+ * Takes a reference on the process's UCP context, creating it on first use;
+ * *wakeup_p says whether it has UCP_FEATURE_WAKEUP. Thread safe. Errors are
+ * logged.
  */
-zc_status_t zc_ucx_context_get(ucp_context_h *context_p);
+zc_status_t zc_ucx_context_get(ucp_context_h *context_p, int *wakeup_p);
 void zc_ucx_context_put(void);
 
 /* The UCP tag of a message from @p sender with the caller's @p tag. */

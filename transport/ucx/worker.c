@@ -2,9 +2,12 @@
 #include "common/log.h"
 #include "transport/ucx/ucx_int.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 zc_status_t zc_ucx_worker_create(const char *name, zc_ucx_worker_t **worker_p)
 {
@@ -17,9 +20,12 @@ zc_status_t zc_ucx_worker_create(const char *name, zc_ucx_worker_t **worker_p)
         ZC_ERROR("ucx: no memory for a worker");
         return ZC_ERR_NO_MEMORY;
     }
+    w->efd = -1;
     pthread_mutex_init(&w->lock, NULL);
-    ZC_CHECK_GOTO(zc_ucx_context_get(&w->context), status, err_destroy);
+    int wakeup;
+    ZC_CHECK_GOTO(zc_ucx_context_get(&w->context, &wakeup), status, err_destroy);
 
+    /* with wakeup, UCX's default events: every send and receive completion, every arrival */
     ucp_worker_params_t params = {
         .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_NAME,
         /* one thread at a time, not always the same one */
@@ -39,6 +45,11 @@ zc_status_t zc_ucx_worker_create(const char *name, zc_ucx_worker_t **worker_p)
         ZC_ERROR("ucx: reading the worker's address failed: %s", ucs_status_string(ustatus));
         status = zc_ucx_status(ustatus);
         goto err_destroy;
+    }
+    if (wakeup && (ustatus = ucp_worker_get_efd(w->worker, &w->efd)) != UCS_OK) {
+        ZC_DEBUG("ucx: the worker has no event descriptor (%s); its waits poll",
+                 ucs_status_string(ustatus));
+        w->efd = -1;
     }
     *worker_p = w;
     return ZC_OK;
@@ -73,6 +84,46 @@ const void *zc_ucx_worker_address(const zc_ucx_worker_t *w, size_t *len_p)
 unsigned zc_ucx_worker_progress(zc_ucx_worker_t *w)
 {
     return ucp_worker_progress(w->worker);
+}
+
+zc_status_t zc_ucx_worker_arm(zc_ucx_worker_t *w)
+{
+    if (w->efd < 0)
+        return ZC_ERR_UNSUPPORTED;
+    ucs_status_t ustatus = ucp_worker_arm(w->worker);
+    if (ustatus == UCS_OK)
+        return ZC_OK;
+    if (ustatus == UCS_ERR_BUSY)
+        return ZC_INPROGRESS;
+    /* a transport that cannot arm: this worker polls from now on */
+    ZC_DEBUG("ucx: arming the worker failed (%s); its waits poll", ucs_status_string(ustatus));
+    w->efd = -1;
+    return ZC_ERR_UNSUPPORTED;
+}
+
+int zc_ucx_worker_fd(const zc_ucx_worker_t *w)
+{
+    return w->efd;
+}
+
+zc_status_t zc_ucx_worker_sleep(zc_ucx_worker_t *const *workers, size_t n, uint64_t timeout_ns)
+{
+    struct pollfd fds[ZC_UCX_SLEEP_MAX];
+
+    if (n == 0 || n > ZC_UCX_SLEEP_MAX)
+        return ZC_ERR_INVALID_ARG;
+    for (size_t i = 0; i < n; i++) {
+        zc_status_t status = zc_ucx_worker_arm(workers[i]);
+        if (status != ZC_OK)
+            return status;
+        fds[i] = (struct pollfd){.fd = workers[i]->efd, .events = POLLIN};
+    }
+    struct timespec ts = {.tv_sec = (time_t)(timeout_ns / 1000000000ull),
+                          .tv_nsec = (long)(timeout_ns % 1000000000ull)};
+    /* woken, timed out or interrupted: the caller progresses and looks again */
+    if (ppoll(fds, (nfds_t)n, &ts, NULL) < 0 && errno != EINTR)
+        return ZC_ERR_IO;
+    return ZC_OK;
 }
 
 void zc_ucx_worker_lock(zc_ucx_worker_t *w)

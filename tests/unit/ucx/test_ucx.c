@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void setup(void)
 {
@@ -278,6 +279,91 @@ Test(ucx, same_peer_and_tag_arrive_in_send_order)
 {
     zc_config_t cfg = test_config(30);
     RUN(2, &cfg, body_order, NULL);
+}
+
+/*
+ * ---- sleeping until the worker has work (zc_ucx_worker_sleep) ----
+ * After the ranks' first message: before it, UCX 1.13's descriptor was readable at once after
+ * every arm here (2500 sleeps in 0.1 s), so a waiter then polls in effect.
+ */
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Progresses until a round finds nothing, then sleeps; until @p done or @p budget_s passed. */
+static int sleep_until(zc_ucx_comm_t *comm, const zc_status_t *done, uint64_t timeout_ns,
+                       double budget_s, int *slept_p)
+{
+    uint64_t t0 = zc_time_ns();
+    while (*done == ZC_INPROGRESS && (double)(zc_time_ns() - t0) / 1e9 < budget_s) {
+        if (zc_ucx_progress(comm) > 0)
+            continue;
+        zc_ucx_worker_t *w = zc_ucx_comm_worker(comm);
+        zc_status_t st = zc_ucx_worker_sleep(&w, 1, timeout_ns);
+        if (st == ZC_OK)
+            ++*slept_p;
+        else if (st != ZC_INPROGRESS)
+            return st;
+    }
+    return ZC_OK;
+}
+
+static void body_sleep(membs_rank_t *r)
+{
+    uint8_t buf[64];
+    zc_ucx_req_t req;
+    int slept = 0;
+
+    zc_bootstrap_barrier(r->bs);
+    if (r->rank == 1) {
+        struct timespec late = {.tv_nsec = 300000000L};
+        nanosleep(&late, NULL);
+        memset(buf, 9, sizeof(buf));
+        MEMBS_CHECK(r, zc_ucx_isend(r->comm, 0, 0x20, buf, sizeof(buf), &req) == ZC_OK, "isend");
+        MEMBS_CHECK(r, zc_ucx_wait(r->comm, &req, "send") == ZC_OK, "send");
+    } else {
+        /* a message wakes a sleep of 10 s at once, and the wait costs next to no CPU */
+        MEMBS_CHECK(r, zc_ucx_irecv(r->comm, 1, 0x20, buf, sizeof(buf), &req) == ZC_OK, "irecv");
+        uint64_t t0 = zc_time_ns();
+        double cpu0 = thread_cpu_s();
+        MEMBS_CHECK(r, sleep_until(r->comm, &req.status, 10000000000ull, 5.0, &slept) == ZC_OK,
+                    "sleep");
+        double wall = (double)(zc_time_ns() - t0) / 1e9, cpu = thread_cpu_s() - cpu0;
+        MEMBS_CHECK(r, req.status == ZC_OK && buf[0] == 9 && buf[63] == 9, "receive: %s",
+                    zc_status_string(req.status));
+        MEMBS_CHECK(r, slept >= 1, "never slept");
+        MEMBS_CHECK(r, wall >= 0.2 && wall < 2.0,
+                    "woke %.3f s after the wait began (sent at 0.3 s)", wall);
+        MEMBS_CHECK(r, cpu < 0.3 * wall, "%.3f s of CPU in %.3f s of waiting", cpu, wall);
+    }
+
+    /* nothing to wait for: sleeps end at their timeout */
+    zc_status_t never = ZC_INPROGRESS;
+    slept = 0;
+    uint64_t t0 = zc_time_ns();
+    MEMBS_CHECK(r, sleep_until(r->comm, &never, 20000000ull, 0.1, &slept) == ZC_OK, "sleep");
+    double s = (double)(zc_time_ns() - t0) / 1e9;
+    MEMBS_CHECK(r, slept >= 1 && slept <= 8, "%d sleeps of 20 ms in %.3f s", slept, s);
+    zc_bootstrap_barrier(r->bs);
+}
+
+Test(ucx, sleep_ends_at_timeout_or_at_a_message)
+{
+    zc_config_t cfg = test_config(20);
+    RUN(2, &cfg, body_sleep, NULL);
+    cfg.ucx_peer_errors = 0; /* shared memory and cma: they wake sleepers too */
+    RUN(2, &cfg, body_sleep, NULL);
+}
+
+Test(ucx, sleep_refuses_bad_arguments)
+{
+    cr_assert_eq(zc_ucx_worker_sleep(NULL, 0, 1000), ZC_ERR_INVALID_ARG);
+    zc_ucx_worker_t *w[ZC_UCX_SLEEP_MAX + 1] = {NULL};
+    cr_assert_eq(zc_ucx_worker_sleep(w, ZC_UCX_SLEEP_MAX + 1, 1000), ZC_ERR_INVALID_ARG);
 }
 
 /* ---- deadlines ---- */
