@@ -117,7 +117,7 @@ static zc_status_t small_round(zc_ucx_comm_t *ucx, unsigned round, char *sbuf, c
  * This rank's link to its ring neighbours into @p in: bytes/s, the median seconds of a small
  * ring step and of a small round with every peer.
  */
-static zc_status_t measure_link(zc_ucx_comm_t *ucx, zc_policy_inputs_t *in)
+zc_status_t zc_policy_measure_link(zc_ucx_comm_t *ucx, zc_policy_inputs_t *in)
 {
     const int rank = zc_ucx_comm_rank(ucx), size = zc_ucx_comm_size(ucx);
     const int right = (rank + 1) % size, left = (rank + size - 1) % size;
@@ -361,7 +361,7 @@ zc_status_t zc_policy_measure(zc_policy_t *pol, uint64_t seed, zc_bootstrap_t *b
     memset(&mine, 0, sizeof(mine));
     mine.in = pol->in; /* nominal: one rank has no link, and no term of the model uses it */
     if (size > 1)
-        mine.status = measure_link(ucx, &mine.in);
+        mine.status = zc_policy_measure_link(ucx, &mine.in);
     if (mine.status == ZC_OK)
         mine.status = measure_codecs(pol, seed, &mine.in);
 
