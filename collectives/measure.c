@@ -331,15 +331,7 @@ static zc_status_t agree(const rank_report_t *all, int size, int rank, zc_policy
                          zc_status_string((zc_status_t)all[r].status));
             return (zc_status_t)all[r].status;
         }
-        in->link_bw = ZC_MIN(in->link_bw, o->link_bw);
-        in->link_lat = ZC_MAX(in->link_lat, o->link_lat);
-        in->round_lat = ZC_MAX(in->round_lat, o->round_lat);
-        in->add_bw = ZC_MIN(in->add_bw, o->add_bw);
-        for (int c = 0; c < ZC_CODEC_COUNT; c++) {
-            in->enc_bw[c] = ZC_MIN(in->enc_bw[c], o->enc_bw[c]);
-            in->dec_bw[c] = ZC_MIN(in->dec_bw[c], o->dec_bw[c]);
-            in->reduce_bw[c] = ZC_MIN(in->reduce_bw[c], o->reduce_bw[c]);
-        }
+        zc_policy_inputs_slowest(in, o);
     }
     return ZC_OK;
 }
