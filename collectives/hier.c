@@ -656,9 +656,9 @@ static const char *const step_names[] = {"hierarchical reduce-scatter (shared me
 /*
  * ZC_OK when every slot's counter (@p consumed: the consumed ones, else written)
  * is at least @p target; ZC_INPROGRESS while some are below and the peers live
- * and move; ZC_ERR_PEER when a peer waited for has left the segment (exited or
- * died), ZC_ERR_TIMEOUT when no counter moved for ZIPCCL_TIMEOUT_S: both logged,
- * blamed on the peer furthest behind.
+ * and move (a counter, or the beat of a peer in its all-reduce between hosts); ZC_ERR_PEER when a
+ * peer waited for has left the segment (exited or died), ZC_ERR_TIMEOUT when no counter moved for
+ * ZIPCCL_TIMEOUT_S: both logged, blamed on the peer furthest behind.
  */
 static zc_status_t wait_slots(zc_coll_op_t *op, hier_op_t *ho, int consumed, uint64_t target)
 {
@@ -671,7 +671,7 @@ static zc_status_t wait_slots(zc_coll_op_t *op, hier_op_t *ho, int consumed, uin
         uint64_t w = atomic_load_explicit(&slot->written, memory_order_acquire);
         uint64_t c = atomic_load_explicit(&slot->consumed, memory_order_acquire);
         uint64_t v = consumed ? c : w;
-        sum += w + c;
+        sum += w + c + atomic_load_explicit(&slot->beat, memory_order_relaxed);
         if (v < target) {
             pending++;
             if (v < low) {
@@ -899,6 +899,9 @@ static zc_status_t cross_step(zc_coll_op_t *op, hier_op_t *ho)
     zc_log_mute(1); /* its messages number ranks by host: this op tells what failed */
     zc_comm_progress(h->cross);
     zc_log_mute(0);
+    /* the local ranks that wait for this one (the leader variant's others, the shards' that
+     * finished first) see it live and work: their deadline moves as the counters would */
+    atomic_fetch_add_explicit(&zc_shm_slot(h->shm, me)->beat, 1, memory_order_relaxed);
     /* the child has a deadline of its own; this op waits for it */
     op->deadline_ns = zc_time_ns() + (uint64_t)op->comm->cfg.timeout_s * 1000000000ull;
     if (!zc_op_done(ho->child))
