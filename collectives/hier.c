@@ -339,20 +339,33 @@ static zc_status_t measure_shm(zc_hier_t *h, double *copy_bw_p, double *add_bw_p
  * rank measuring at once (the shards' share of the NIC), then with the leaders alone; the
  * slowest of each over every rank that measured it, rounded to classes. Collective over comm.
  */
-static zc_status_t model_setup(zc_comm_t *comm, zc_hier_t *h, unsigned variants)
+static zc_status_t model_setup(zc_comm_t *comm, zc_hier_t *h, const int *node_of_rank,
+                               unsigned variants)
 {
     zc_policy_hier_t *m = calloc(1, sizeof(*m));
+    zc_policy_t *flat = malloc(sizeof(*flat));
     model_report_t mine, *all = calloc((size_t)comm->size, sizeof(*all));
     zc_status_t status = ZC_ERR_NO_MEMORY;
 
-    if (!m || !all)
+    if (!m || !flat || !all)
         goto out;
     m->local_ranks = h->local_size;
     m->variants = variants;
-    m->flat = comm->policy;
-    if (!m->flat.measured)
-        ZC_CHECK_GOTO(zc_policy_measure(&m->flat, (uint64_t)comm->cfg.seed, comm->bs, comm->ucx),
+    *flat = comm->policy;
+    if (!flat->measured)
+        ZC_CHECK_GOTO(zc_policy_measure(flat, (uint64_t)comm->cfg.seed, comm->bs, comm->ucx),
                       status, out);
+    /* the flat ring's steps that leave the busiest host (its link was measured on them), and
+     * the share of each rank's payloads that leave its host in an all-to-all, all R at once */
+    int crossings = 1;
+    for (int n = 0; n < h->nodes; n++) {
+        int leave = 0;
+        for (int r = 0; r < comm->size; r++)
+            leave += node_of_rank[r] == n && node_of_rank[(r + 1) % comm->size] != n;
+        crossings = ZC_MAX(crossings, leave);
+    }
+    const double N = comm->size, R = h->local_size;
+    zc_policy_hier_set_flat(m, flat, R * (N - R) / (N - 1) / crossings);
     memset(&mine, 0, sizeof(mine));
     mine.shared = mine.alone = h->cross->policy.in;
     mine.status = measure_shm(h, &mine.copy_bw, &mine.add_bw);
@@ -398,7 +411,8 @@ static zc_status_t model_setup(zc_comm_t *comm, zc_hier_t *h, unsigned variants)
     m->shared = m->alone = h->cross->policy;
     m->shared.in = shared;
     m->alone.in = alone;
-    m->flat.log_decisions = m->shared.log_decisions = m->alone.log_decisions = 0;
+    m->flat.log_decisions = m->flat_a2a.log_decisions = 0;
+    m->shared.log_decisions = m->alone.log_decisions = 0;
     m->log_decisions = comm->rank == 0;
     /* the cross communicators decide their own paths: shards calls with what they measured
      * themselves, the leaders' calls with the link alone */
@@ -417,6 +431,7 @@ static zc_status_t model_setup(zc_comm_t *comm, zc_hier_t *h, unsigned variants)
     status = ZC_OK;
 out:
     free(all);
+    free(flat);
     free(m);
     return status;
 }
@@ -506,7 +521,7 @@ zc_status_t zc_hier_create(zc_comm_t *comm, zc_hier_t **hier_p)
     h->leader = 0;
     h->fixed = topology == ZC_CFG_TOPOLOGY_LEADER ? ZC_HIER_LEADER : ZC_HIER_SHARDS;
     if (topology == ZC_CFG_TOPOLOGY_AUTO || topology == ZC_CFG_TOPOLOGY_HIERARCHICAL)
-        ZC_CHECK_GOTO(model_setup(comm, h,
+        ZC_CHECK_GOTO(model_setup(comm, h, node_of_rank,
                                   1u << ZC_HIER_SHARDS | 1u << ZC_HIER_LEADER |
                                       (topology == ZC_CFG_TOPOLOGY_AUTO ? 1u << ZC_HIER_FLAT : 0u)),
                       status, out);
@@ -653,6 +668,7 @@ static const char *const step_names[] = {"hierarchical reduce-scatter (shared me
                                          "broadcast from the host's leader (shared memory)",
                                          "hierarchical all-gather (shared memory)",
                                          "done"};
+
 /*
  * ZC_OK when every slot's counter (@p consumed: the consumed ones, else written)
  * is at least @p target; ZC_INPROGRESS while some are below and the peers live

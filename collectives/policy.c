@@ -479,14 +479,26 @@ void zc_policy_inputs_slowest(zc_policy_inputs_t *acc, const zc_policy_inputs_t 
     }
 }
 
-/* Modelled seconds of @p pol's own path for @p count values of @p dtype: what its choose() takes.
+/*
+ * Modelled seconds of the path @p pol chooses for @p count values of @p dtype, costed on
+ * @p a2a (NULL: @p pol) when that path is an all-to-all (all-gather, scatter).
  */
-static double chosen_cost(const zc_policy_t *pol, double count, zc_dtype_t dtype, zc_redop_t op)
+static double chosen_cost(const zc_policy_t *pol, const zc_policy_t *a2a, double count,
+                          zc_dtype_t dtype, zc_redop_t op)
 {
     if (pol->nranks < 2 || count < 1)
         return 0.0; /* one host: nothing crosses */
     const zc_path_t path = zc_policy_choose(pol, (size_t)count, dtype, op);
-    return path_cost(pol, path.algo, path.params.codec, count, (double)zc_dtype_bytes(dtype));
+    const int all_to_all = path.algo == ZC_ALGO_ALLGATHER || path.algo == ZC_ALGO_SCATTER;
+    return path_cost(a2a && all_to_all ? a2a : pol, path.algo, path.params.codec, count,
+                     (double)zc_dtype_bytes(dtype));
+}
+
+void zc_policy_hier_set_flat(zc_policy_hier_t *m, const zc_policy_t *flat, double a2a_share)
+{
+    m->flat = *flat;
+    m->flat_a2a = *flat;
+    m->flat_a2a.in.link_bw = flat->in.link_bw / ZC_MAX(a2a_share, 1.0);
 }
 
 double zc_policy_hier_cost(const zc_policy_hier_t *m, zc_hier_variant_t variant, size_t count,
@@ -495,7 +507,7 @@ double zc_policy_hier_cost(const zc_policy_hier_t *m, zc_hier_variant_t variant,
     if ((unsigned)variant >= ZC_HIER_VARIANTS || !(m->variants & 1u << variant))
         return INFINITY;
     if (variant == ZC_HIER_FLAT)
-        return chosen_cost(&m->flat, (double)count, dtype, op);
+        return chosen_cost(&m->flat, &m->flat_a2a, (double)count, dtype, op);
     /* hier.c keeps the hosts' sums of float sums and averages in f32, and runs them as f32 sums */
     const int widen = zc_dtype_size(dtype) != 0 && (op == ZC_OP_SUM || op == ZC_OP_AVG);
     const zc_dtype_t inner_type = widen ? ZC_DTYPE_F32 : dtype;
@@ -504,9 +516,9 @@ double zc_policy_hier_cost(const zc_policy_hier_t *m, zc_hier_variant_t variant,
     const double B = n * (double)zc_dtype_bytes(dtype), F = widen ? 4.0 * n : B;
     const double scatter = B / m->shm_copy_bw + F / m->shm_add_bw;
     if (variant == ZC_HIER_SHARDS)
-        return scatter + chosen_cost(&m->shared, ceil(n / R), inner_type, inner_op) +
+        return scatter + chosen_cost(&m->shared, NULL, ceil(n / R), inner_type, inner_op) +
                B / m->shm_copy_bw;
-    return scatter + F / m->shm_copy_bw + chosen_cost(&m->alone, n, inner_type, inner_op) +
+    return scatter + F / m->shm_copy_bw + chosen_cost(&m->alone, NULL, n, inner_type, inner_op) +
            2.0 * B / m->shm_copy_bw;
 }
 

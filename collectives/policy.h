@@ -234,14 +234,16 @@ typedef enum zc_hier_variant {
  * all R of them transfer at once (they share the host's NIC: measured so), for
  * the shards; @p alone with the link the leader gets by itself (measured with
  * the other local ranks idle). @p flat is the flat communicator's policy with
- * measured inputs.
+ * measured inputs (measured on its ring, whose steps cross between hosts where
+ * it does); @p flat_a2a the same with the link an all-to-all gets: every rank
+ * of a host sends to the other hosts at once (zc_policy_hier_set_flat).
  */
 typedef struct zc_policy_hier {
     int local_ranks;    /* R */
     unsigned variants;  /* the variants the configuration allows: 1 << zc_hier_variant_t */
     double shm_copy_bw; /* bytes/s a rank copies into the host's shared memory, all at once */
     double shm_add_bw;  /* f32 bytes/s a rank adds from the host's shared memory, all at once */
-    zc_policy_t flat, shared, alone;
+    zc_policy_t flat, flat_a2a, shared, alone;
     int log_decisions; /* rank 0: zc_policy_hier_note logs each size's variant when it changes */
     zc_policy_seen_t seen[ZC_POLICY_SEEN];
 } zc_policy_hier_t;
@@ -254,10 +256,21 @@ typedef struct zc_policy_hier {
  * reduce-scatter, the shards gathered to the leader (F / copy), the
  * all-reduce of F on @p alone, the result stored and broadcast (2 B / copy).
  * B: the call's bytes; F: the bytes the hosts' sums are kept in (f32 for
- * f32/f16/bf16 sums and averages, else B). Flat: @p flat's path.
+ * f32/f16/bf16 sums and averages, else B). Flat: the path @p flat chooses,
+ * costed on @p flat (rings) or @p flat_a2a (all-gather, scatter).
  */
 double zc_policy_hier_cost(const zc_policy_hier_t *m, zc_hier_variant_t variant, size_t count,
                            zc_dtype_t dtype, zc_redop_t op);
+
+/*
+ * Sets m->flat to @p flat and m->flat_a2a to @p flat with its link divided by
+ * @p a2a_share: how many times less of a host's NIC a rank gets in an
+ * all-to-all than on the ring the link was measured on (R (N - R) / (N - 1) of
+ * each rank's payloads leave the host while all R ranks send, against the
+ * ring's steps that leave the busiest host: 1 where ranks are numbered host
+ * by host).
+ */
+void zc_policy_hier_set_flat(zc_policy_hier_t *m, const zc_policy_t *flat, double a2a_share);
 
 /* The cheapest allowed variant of a call (ties: the lower zc_hier_variant_t). */
 zc_hier_variant_t zc_policy_hier_choose(const zc_policy_hier_t *m, size_t count, zc_dtype_t dtype,

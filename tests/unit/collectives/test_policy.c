@@ -1468,7 +1468,8 @@ static zc_policy_hier_t hier_model(unsigned variants)
     m.variants = variants;
     m.shm_copy_bw = 5e9;
     m.shm_add_bw = 5e9;
-    m.flat = make_policy(8, ZC_CODEC_NONE, ZC_POLICY_ALGO_AUTO, 0, 0.125e9, 10e-6);
+    zc_policy_t flat = make_policy(8, ZC_CODEC_NONE, ZC_POLICY_ALGO_AUTO, 0, 0.125e9, 10e-6);
+    zc_policy_hier_set_flat(&m, &flat, 2.0 * 6 / 7); /* R (N - R) / (N - 1), ranks host by host */
     m.shared = make_policy(4, ZC_CODEC_NONE, ZC_POLICY_ALGO_AUTO, 0, 0.125e9 / 2, 400e-6);
     m.alone = make_policy(4, ZC_CODEC_NONE, ZC_POLICY_ALGO_AUTO, 0, 0.125e9, 50e-6);
     return m;
@@ -1547,4 +1548,31 @@ Test(policy, hier_decisions_are_logged_when_they_change)
     cr_assert_eq(captured_count("262144 x f32 sums go leader (first call)"), 1);
     zc_policy_hier_note(&m, 1u << 18, ZC_DTYPE_F32, ZC_OP_SUM, ZC_HIER_SHARDS);
     cr_assert_eq(captured_count("go shards (was leader)"), 1);
+}
+
+/*
+ * The flat all-to-all paths pay the shared NIC too: with QSGD on the flat all-gather, each
+ * rank's payloads to the other hosts leave through its host's NIC with the other local rank's
+ * (12/7 of the ring's load per host at 4 x 2); the ring is costed on the link as measured.
+ */
+Test(policy, hier_flat_all_to_all_shares_the_nic)
+{
+    zc_policy_hier_t m = hier_model(ALL_VARIANTS);
+    zc_policy_t ag = make_policy(8, ZC_CODEC_QSGD, ALGO_CFG_ALLGATHER, 0, 0.125e9, 10e-6);
+    zc_policy_t ring = make_policy(8, ZC_CODEC_NONE, ZC_POLICY_ALGO_AUTO, 0, 0.125e9, 10e-6);
+    const size_t n = (64u << 20) / 4;
+    const double share = 2.0 * 6 / 7;
+    zc_policy_hier_set_flat(&m, &ag, share);
+    const double wire = 7.0 * ag.in.ratio[ZC_CODEC_QSGD] * 4.0 * n / 0.125e9; /* (n-1) P / W */
+    const double shared = zc_policy_hier_cost(&m, ZC_HIER_FLAT, n, ZC_DTYPE_F32, ZC_OP_SUM);
+    zc_policy_hier_set_flat(&m, &ag, 1.0);
+    const double alone = zc_policy_hier_cost(&m, ZC_HIER_FLAT, n, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert_float_eq(shared - alone, (share - 1.0) * wire, 1e-6 * wire,
+                       "all-gather: %.4g s more, expected %.4g", shared - alone,
+                       (share - 1.0) * wire);
+    zc_policy_hier_set_flat(&m, &ring, share);
+    const double r1 = zc_policy_hier_cost(&m, ZC_HIER_FLAT, n, ZC_DTYPE_F32, ZC_OP_SUM);
+    zc_policy_hier_set_flat(&m, &ring, 1.0);
+    cr_assert_eq(r1, zc_policy_hier_cost(&m, ZC_HIER_FLAT, n, ZC_DTYPE_F32, ZC_OP_SUM),
+                 "the ring is costed on the link it was measured on");
 }
