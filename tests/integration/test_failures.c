@@ -19,7 +19,7 @@
  *   kill-named-rank3[-compressed]  the same with rank 3 killed (on two hosts of two: not its
  *                       host's leader, where rank 2 is one)
  *
- *   hier-CASE           CASE with ZIPCCL_TOPOLOGY=hierarchical, ranks 0-1 and 2-3 as two hosts
+ *   hier-CASE           CASE with ZIPCCL_TOPOLOGY=shards, ranks 0-1 and 2-3 as two hosts
  *                       (rank_check.h): rank 2's local peer finds it through shared memory
  *   hier-onehost-CASE   the same with the 4 ranks on one host
  *   leader-CASE         CASE with ZIPCCL_TOPOLOGY=leader on the same two hosts: rank 0 and
