@@ -117,7 +117,7 @@ static zc_status_t small_round(zc_ucx_comm_t *ucx, unsigned round, char *sbuf, c
  * This rank's link to its ring neighbours into @p in: bytes/s, the median seconds of a small
  * ring step and of a small round with every peer.
  */
-static zc_status_t measure_link(zc_ucx_comm_t *ucx, zc_policy_inputs_t *in)
+zc_status_t zc_policy_measure_link(zc_ucx_comm_t *ucx, zc_policy_inputs_t *in)
 {
     const int rank = zc_ucx_comm_rank(ucx), size = zc_ucx_comm_size(ucx);
     const int right = (rank + 1) % size, left = (rank + size - 1) % size;
@@ -331,15 +331,7 @@ static zc_status_t agree(const rank_report_t *all, int size, int rank, zc_policy
                          zc_status_string((zc_status_t)all[r].status));
             return (zc_status_t)all[r].status;
         }
-        in->link_bw = ZC_MIN(in->link_bw, o->link_bw);
-        in->link_lat = ZC_MAX(in->link_lat, o->link_lat);
-        in->round_lat = ZC_MAX(in->round_lat, o->round_lat);
-        in->add_bw = ZC_MIN(in->add_bw, o->add_bw);
-        for (int c = 0; c < ZC_CODEC_COUNT; c++) {
-            in->enc_bw[c] = ZC_MIN(in->enc_bw[c], o->enc_bw[c]);
-            in->dec_bw[c] = ZC_MIN(in->dec_bw[c], o->dec_bw[c]);
-            in->reduce_bw[c] = ZC_MIN(in->reduce_bw[c], o->reduce_bw[c]);
-        }
+        zc_policy_inputs_slowest(in, o);
     }
     return ZC_OK;
 }
@@ -361,7 +353,7 @@ zc_status_t zc_policy_measure(zc_policy_t *pol, uint64_t seed, zc_bootstrap_t *b
     memset(&mine, 0, sizeof(mine));
     mine.in = pol->in; /* nominal: one rank has no link, and no term of the model uses it */
     if (size > 1)
-        mine.status = measure_link(ucx, &mine.in);
+        mine.status = zc_policy_measure_link(ucx, &mine.in);
     if (mine.status == ZC_OK)
         mine.status = measure_codecs(pol, seed, &mine.in);
 

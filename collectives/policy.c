@@ -403,26 +403,30 @@ double zc_policy_agree_speed(double prev, double slowest)
     return prev > 0 && prev < c ? prev : c;
 }
 
+/* The decision log's entry of (count, dtype) in @p seen, or NULL when the table is full (said
+ * once). */
+static zc_policy_seen_t *seen_slot(zc_policy_seen_t *seen, size_t count, zc_dtype_t dtype)
+{
+    /* open addressing on (count, dtype) */
+    const uint64_t h = ((uint64_t)count * 0x9e3779b97f4a7c15ull) ^ (uint64_t)dtype;
+    for (size_t i = 0; i < ZC_POLICY_SEEN; i++) {
+        zc_policy_seen_t *e = &seen[(h + i) % ZC_POLICY_SEEN];
+        if (!e->used || (e->count == count && e->dtype == (uint8_t)dtype))
+            return e;
+    }
+    ZC_LOG_ONCE(ZC_LOG_INFO, "policy: %d sizes seen; decisions for further sizes not logged",
+                ZC_POLICY_SEEN);
+    return NULL;
+}
+
 void zc_policy_note(zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t op,
                     const zc_path_t *path, const zc_policy_learned_t *lr)
 {
     if (!pol->log_decisions || !eligible(pol, count, dtype, op) || !ZC_LOG_ENABLED(ZC_LOG_INFO))
         return;
-    /* open addressing on (count, dtype); a full table logs no new sizes (said once) */
-    const uint64_t h = ((uint64_t)count * 0x9e3779b97f4a7c15ull) ^ (uint64_t)dtype;
-    zc_policy_seen_t *slot = NULL;
-    for (size_t i = 0; i < ZC_POLICY_SEEN; i++) {
-        zc_policy_seen_t *e = &pol->seen[(h + i) % ZC_POLICY_SEEN];
-        if (!e->used || (e->count == count && e->dtype == (uint8_t)dtype)) {
-            slot = e;
-            break;
-        }
-    }
-    if (!slot) {
-        ZC_LOG_ONCE(ZC_LOG_INFO, "policy: %d sizes seen; decisions for further sizes not logged",
-                    ZC_POLICY_SEEN);
+    zc_policy_seen_t *slot = seen_slot(pol->seen, count, dtype);
+    if (!slot)
         return;
-    }
     if (slot->used && slot->algo == (uint8_t)path->algo &&
         slot->codec == (uint8_t)path->params.codec)
         return;
@@ -452,6 +456,110 @@ void zc_policy_note(zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t
     slot->dtype = (uint8_t)dtype;
     slot->algo = (uint8_t)path->algo;
     slot->codec = (uint8_t)path->params.codec;
+}
+
+/* ---------------------------------------------------------------- hierarchical variants */
+
+const char *zc_hier_variant_name(zc_hier_variant_t variant)
+{
+    static const char *const names[ZC_HIER_VARIANTS] = {"flat", "shards", "leader"};
+    return (unsigned)variant < ZC_HIER_VARIANTS ? names[variant] : "?";
+}
+
+void zc_policy_inputs_slowest(zc_policy_inputs_t *acc, const zc_policy_inputs_t *o)
+{
+    acc->link_bw = ZC_MIN(acc->link_bw, o->link_bw);
+    acc->link_lat = ZC_MAX(acc->link_lat, o->link_lat);
+    acc->round_lat = ZC_MAX(acc->round_lat, o->round_lat);
+    acc->add_bw = ZC_MIN(acc->add_bw, o->add_bw);
+    for (int c = 0; c < ZC_CODEC_COUNT; c++) {
+        acc->enc_bw[c] = ZC_MIN(acc->enc_bw[c], o->enc_bw[c]);
+        acc->dec_bw[c] = ZC_MIN(acc->dec_bw[c], o->dec_bw[c]);
+        acc->reduce_bw[c] = ZC_MIN(acc->reduce_bw[c], o->reduce_bw[c]);
+    }
+}
+
+/*
+ * Modelled seconds of the path @p pol chooses for @p count values of @p dtype, costed on
+ * @p a2a (NULL: @p pol) when that path is an all-to-all (all-gather, scatter).
+ */
+static double chosen_cost(const zc_policy_t *pol, const zc_policy_t *a2a, double count,
+                          zc_dtype_t dtype, zc_redop_t op)
+{
+    if (pol->nranks < 2 || count < 1)
+        return 0.0; /* one host: nothing crosses */
+    const zc_path_t path = zc_policy_choose(pol, (size_t)count, dtype, op);
+    const int all_to_all = path.algo == ZC_ALGO_ALLGATHER || path.algo == ZC_ALGO_SCATTER;
+    return path_cost(a2a && all_to_all ? a2a : pol, path.algo, path.params.codec, count,
+                     (double)zc_dtype_bytes(dtype));
+}
+
+void zc_policy_hier_set_flat(zc_policy_hier_t *m, const zc_policy_t *flat, double a2a_share)
+{
+    m->flat = *flat;
+    m->flat_a2a = *flat;
+    m->flat_a2a.in.link_bw = flat->in.link_bw / ZC_MAX(a2a_share, 1.0);
+}
+
+double zc_policy_hier_cost(const zc_policy_hier_t *m, zc_hier_variant_t variant, size_t count,
+                           zc_dtype_t dtype, zc_redop_t op)
+{
+    if ((unsigned)variant >= ZC_HIER_VARIANTS || !(m->variants & 1u << variant))
+        return INFINITY;
+    if (variant == ZC_HIER_FLAT)
+        return chosen_cost(&m->flat, &m->flat_a2a, (double)count, dtype, op);
+    /* hier.c keeps the hosts' sums of float sums and averages in f32, and runs them as f32 sums */
+    const int widen = zc_dtype_size(dtype) != 0 && (op == ZC_OP_SUM || op == ZC_OP_AVG);
+    const zc_dtype_t inner_type = widen ? ZC_DTYPE_F32 : dtype;
+    const zc_redop_t inner_op = op == ZC_OP_AVG ? ZC_OP_SUM : op;
+    const double R = m->local_ranks, n = (double)count;
+    const double B = n * (double)zc_dtype_bytes(dtype), F = widen ? 4.0 * n : B;
+    const double scatter = B / m->shm_copy_bw + F / m->shm_add_bw;
+    if (variant == ZC_HIER_SHARDS)
+        return scatter + chosen_cost(&m->shared, NULL, ceil(n / R), inner_type, inner_op) +
+               B / m->shm_copy_bw;
+    return scatter + F / m->shm_copy_bw + chosen_cost(&m->alone, NULL, n, inner_type, inner_op) +
+           2.0 * B / m->shm_copy_bw;
+}
+
+zc_hier_variant_t zc_policy_hier_choose(const zc_policy_hier_t *m, size_t count, zc_dtype_t dtype,
+                                        zc_redop_t op)
+{
+    zc_hier_variant_t best = ZC_HIER_VARIANTS;
+    double best_cost = INFINITY;
+    for (int v = 0; v < ZC_HIER_VARIANTS; v++) {
+        if (!(m->variants & 1u << v))
+            continue;
+        double c = zc_policy_hier_cost(m, (zc_hier_variant_t)v, count, dtype, op);
+        if (best == ZC_HIER_VARIANTS || c < best_cost) {
+            best = (zc_hier_variant_t)v;
+            best_cost = c;
+        }
+    }
+    return best == ZC_HIER_VARIANTS ? ZC_HIER_SHARDS : best;
+}
+
+void zc_policy_hier_note(zc_policy_hier_t *m, size_t count, zc_dtype_t dtype, zc_redop_t op,
+                         zc_hier_variant_t variant)
+{
+    if (!m->log_decisions || !ZC_LOG_ENABLED(ZC_LOG_INFO))
+        return;
+    zc_policy_seen_t *slot = seen_slot(m->seen, count, dtype);
+    if (!slot || (slot->used && slot->algo == (uint8_t)variant))
+        return;
+    char was[32] = "first call";
+    if (slot->used)
+        snprintf(was, sizeof(was), "was %s", zc_hier_variant_name((zc_hier_variant_t)slot->algo));
+    ZC_INFO("policy: %zu x %s %ss go %s (%s): modelled flat %.3g ms, shards %.3g ms, leader "
+            "%.3g ms",
+            count, zc_dtype_name(dtype), zc_redop_name(op), zc_hier_variant_name(variant), was,
+            zc_policy_hier_cost(m, ZC_HIER_FLAT, count, dtype, op) * 1e3,
+            zc_policy_hier_cost(m, ZC_HIER_SHARDS, count, dtype, op) * 1e3,
+            zc_policy_hier_cost(m, ZC_HIER_LEADER, count, dtype, op) * 1e3);
+    slot->used = 1;
+    slot->count = count;
+    slot->dtype = (uint8_t)dtype;
+    slot->algo = (uint8_t)variant;
 }
 
 /* ---------------------------------------------------------------- configuration */

@@ -215,6 +215,91 @@ void zc_policy_note(zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t
  */
 double zc_policy_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec, size_t bytes);
 
+/* ---- the hierarchical variants (policy.c, "hierarchical"; hier.c measures and agrees the inputs)
+ */
+
+/* How a hierarchical communicator runs one all-reduce (docs/collectives.md, "Hierarchical"). */
+typedef enum zc_hier_variant {
+    ZC_HIER_FLAT,   /* every rank as remote: the flat policy's path */
+    ZC_HIER_SHARDS, /* each local rank all-reduces its shard between hosts, all at once */
+    ZC_HIER_LEADER, /* the host's leader alone all-reduces the whole host sum between hosts */
+    ZC_HIER_VARIANTS
+} zc_hier_variant_t;
+
+/*
+ * What the variant model knows, identical on every rank of the job (hier.c
+ * agrees every input over all of them: the slowest rate, the longest latency,
+ * class-rounded). @p shared and @p alone are policies of a communicator
+ * between hosts (H ranks): @p shared with the link every local rank gets while
+ * all R of them transfer at once (they share the host's NIC: measured so), for
+ * the shards; @p alone with the link the leader gets by itself (measured with
+ * the other local ranks idle). @p flat is the flat communicator's policy with
+ * measured inputs (measured on its ring, whose steps cross between hosts where
+ * it does); @p flat_a2a the same with the link an all-to-all gets: every rank
+ * of a host sends to the other hosts at once (zc_policy_hier_set_flat).
+ */
+typedef struct zc_policy_hier {
+    int local_ranks;    /* R */
+    unsigned variants;  /* the variants the configuration allows: 1 << zc_hier_variant_t */
+    double shm_copy_bw; /* bytes/s a rank copies into the host's shared memory, all at once */
+    double shm_add_bw;  /* f32 bytes/s a rank adds from the host's shared memory, all at once */
+    zc_policy_t flat, flat_a2a, shared, alone;
+    int log_decisions; /* rank 0: zc_policy_hier_note logs each size's variant when it changes */
+    zc_policy_seen_t seen[ZC_POLICY_SEEN];
+} zc_policy_hier_t;
+
+/*
+ * Modelled seconds of @p variant for one call; INFINITY for a variant the
+ * configuration does not allow. Shards: the shared-memory reduce-scatter
+ * (B / copy + F / add), the all-reduce between hosts of F / R on @p shared
+ * (its policy's path), the all-gather (B / copy). Leader: the same
+ * reduce-scatter, the shards gathered to the leader (F / copy), the
+ * all-reduce of F on @p alone, the result stored and broadcast (2 B / copy).
+ * B: the call's bytes; F: the bytes the hosts' sums are kept in (f32 for
+ * f32/f16/bf16 sums and averages, else B). Flat: the path @p flat chooses,
+ * costed on @p flat (rings) or @p flat_a2a (all-gather, scatter).
+ */
+double zc_policy_hier_cost(const zc_policy_hier_t *m, zc_hier_variant_t variant, size_t count,
+                           zc_dtype_t dtype, zc_redop_t op);
+
+/*
+ * Sets m->flat to @p flat and m->flat_a2a to @p flat with its link divided by
+ * @p a2a_share: how many times less of a host's NIC a rank gets in an
+ * all-to-all than on the ring the link was measured on (R (N - R) / (N - 1) of
+ * each rank's payloads leave the host while all R ranks send, against the
+ * ring's steps that leave the busiest host: 1 where ranks are numbered host
+ * by host).
+ */
+void zc_policy_hier_set_flat(zc_policy_hier_t *m, const zc_policy_t *flat, double a2a_share);
+
+/* The cheapest allowed variant of a call (ties: the lower zc_hier_variant_t). */
+zc_hier_variant_t zc_policy_hier_choose(const zc_policy_hier_t *m, size_t count, zc_dtype_t dtype,
+                                        zc_redop_t op);
+
+/*
+ * With m->log_decisions, logs at info level the first variant of each
+ * (count, type) and every change of it, with the three modelled costs.
+ */
+void zc_policy_hier_note(zc_policy_hier_t *m, size_t count, zc_dtype_t dtype, zc_redop_t op,
+                         zc_hier_variant_t variant);
+
+/* "flat", "shards", "leader". */
+const char *zc_hier_variant_name(zc_hier_variant_t variant);
+
+/*
+ * Agreement of measured inputs: lowers every rate of @p acc (link, add, codec
+ * speeds) to @p o's and raises its latencies to @p o's (a call waits for its
+ * slowest rank); ratios are left alone.
+ */
+void zc_policy_inputs_slowest(zc_policy_inputs_t *acc, const zc_policy_inputs_t *o);
+
+/*
+ * Measures this rank's link to its ring neighbours on @p ucx (collective over
+ * @p ucx's ranks) into in->link_bw, link_lat, round_lat, as zc_policy_measure
+ * does before it agrees. Errors: the transport's, ZC_ERR_NO_MEMORY.
+ */
+zc_status_t zc_policy_measure_link(zc_ucx_comm_t *ucx, zc_policy_inputs_t *in);
+
 /* Whether @p algo can run @p codec (the compressed ring needs a linear codec, raw needs none). */
 int zc_policy_supports(zc_algo_id_t algo, zc_codec_id_t codec);
 

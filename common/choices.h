@@ -28,7 +28,8 @@
     X(p, AUTO, "auto") X(p, RING, "ring") X(p, ALLGATHER, "allgather") X(p, SCATTER, "scatter")
 /* how a communicator uses the hosts its ranks share (collectives/hier.c) */
 #define ZC_CHOICES_TOPOLOGY(X, p) \
-    X(p, AUTO, "auto") X(p, FLAT, "flat") X(p, HIERARCHICAL, "hierarchical")
+    X(p, AUTO, "auto") X(p, FLAT, "flat") X(p, HIERARCHICAL, "hierarchical") \
+    X(p, SHARDS, "shards") X(p, LEADER, "leader")
 /* the stateless codecs, with zc_codec_id_t's values */
 #define ZC_CHOICES_COLLNET_CODEC(X, p) \
     X(p, NONE, "none") X(p, QSGD, "qsgd") X(p, FP16, "fp16") X(p, BF16, "bf16")

@@ -2,7 +2,7 @@
 # Emulated bandwidth-limited cluster: zipccl against Open MPI on the same links (issue 6).
 #
 #   sudo bench/cluster/cluster.sh [--build DIR] [--hosts H] [--ranks-per-host R]
-#        [--topologies flat,hierarchical] [--rates 100mbit,1gbit,5gbit]
+#        [--topologies flat,shards,leader,auto] [--rates 100mbit,1gbit,5gbit]
 #        [--latency 0|1ms|...] [--sizes 64K,1M,16M,64M | --full] [--methods LIST]
 #        [--algos fixed,auto] [--budget S] [--out DIR] [--plots DIR] [--no-plots]
 #        [--exec CMD]
@@ -60,8 +60,9 @@ usage() {
   --hosts H       hosts ($hosts)
   --ranks-per-host R  ranks (processes) in each host's namespace ($ranks_per_host); within a
                   host Open MPI and flat zipccl talk tcp over the namespace's loopback
-  --topologies L  ZIPCCL_TOPOLOGY values each zipccl method runs with ($topologies); the
-                  hierarchical records' algorithm is prefixed "hier-"
+  --topologies L  ZIPCCL_TOPOLOGY values each zipccl method runs with ($topologies): flat,
+                  hierarchical, shards, leader, auto; the records' algorithm is prefixed
+                  "hier-" (hierarchical) or the topology's name and "-" unless flat
   --rates LIST    link rates in tc units, each a separate run on the same hosts ($rates)
   --latency D     netem delay on each direction of each link; host to host one way: 2 D (none)
   --sizes LIST    message sizes, bytes of f32 with K/M/G suffixes ($sizes)

@@ -16,11 +16,12 @@
  *   auto      ZIPCCL_CODEC=auto ZIPCCL_ALGO=auto
  *
  *   cluster_rank [--sizes LIST] [--methods LIST] [--algos fixed,auto] [--budget S]
- *                [--min-iters N] [--max-iters N] [--topologies flat,hierarchical]
+ *                [--min-iters N] [--max-iters N] [--topologies flat,shards,leader,auto]
  *                [--json FILE]
  *
  * --topologies runs every zipccl method with each ZIPCCL_TOPOLOGY given (default flat); the
- * records of the hierarchical one carry the algorithm prefixed "hier-". Under cluster.sh
+ * records of the others carry the algorithm prefixed "hier-" (hierarchical) or the
+ * topology's name and "-" (shards-, leader-, auto-). Under cluster.sh
  * (ZC_CLUSTER_PREFIX set) ZIPCCL_HOST_ID is the rank's network namespace, so that the ranks of
  * one emulated host (--ranks-per-host) are grouped as one host and no others.
  *
@@ -318,7 +319,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: mpirun ... cluster_rank [--sizes 64K,1M,64M] [--methods mpi,raw,...]\n"
                "                   [--algos fixed,auto] [--budget S] [--min-iters N]"
-               " [--max-iters N] [--topologies flat,hierarchical] [--json FILE]\n"
+               " [--max-iters N] [--topologies flat,shards,leader,auto] [--json FILE]\n"
                "  methods: mpi raw fp16 bf16 qsgd8 qsgd4 qsgd2 topk gradiveq powersgd auto\n");
 }
 
@@ -461,9 +462,13 @@ int main(int argc, char **argv)
             snprintf(topos, sizeof(topos), "%s", m->codec ? o.topologies : "flat");
             for (char *topo = strtok_r(topos, ",", &save3); topo;
                  topo = strtok_r(NULL, ",", &save3)) {
-                /* the label: the algorithm, prefixed "hier-" on the hierarchical topology */
+                /* the label: the algorithm, prefixed by the topology unless flat */
                 char label[96];
-                snprintf(label, sizeof(label), "%s%s", strcmp(topo, "flat") ? "hier-" : "", algo);
+                snprintf(label, sizeof(label), "%s%s%s",
+                         strcmp(topo, "flat") == 0           ? ""
+                         : strcmp(topo, "hierarchical") == 0 ? "hier"
+                                                             : topo,
+                         strcmp(topo, "flat") ? "-" : "", algo);
                 zc_comm_t *comm = NULL;
                 if (m->codec && !(comm = comm_create(m, algo, topo, host_id[0] ? host_id : NULL)))
                     MPI_Abort(MPI_COMM_WORLD, 1);

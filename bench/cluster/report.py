@@ -42,14 +42,17 @@ def size_label(b):
 
 
 def load(path):
-    """The records of a run; a hierarchical one (algorithm "hier-X", cluster_rank
-    --topologies) becomes method "M/hier" with algorithm X, a row of its own."""
+    """The records of a run; one of another topology than flat (algorithm "T-X",
+    cluster_rank --topologies: T hier, shards, leader or auto) becomes method "M/T" with
+    algorithm X, a row of its own."""
     with open(path) as f:
         records = [json.loads(line) for line in f if line.strip()]
     for r in records:
-        if r["algo"].startswith("hier-"):
-            r["method"] += "/hier"
-            r["algo"] = r["algo"][len("hier-"):]
+        for topo in ("hier", "shards", "leader", "auto"):
+            if r["algo"].startswith(topo + "-"):
+                r["method"] += "/" + topo
+                r["algo"] = r["algo"][len(topo) + 1:]
+                break
     return records
 
 

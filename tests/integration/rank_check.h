@@ -52,22 +52,33 @@ static inline void *shared_map(size_t len)
 }
 
 /*
- * Hierarchical variants of a case (its name prefixed "hier-"): the ranks run with
- * ZIPCCL_TOPOLOGY=hierarchical as hosts of HIER_RANKS_PER_HOST ranks each, told apart by
- * ZIPCCL_HOST_ID (hier_set_host in each rank, before zc_comm_init). A run of fewer than two
- * such hosts, or whose rank count they do not divide, runs one rank per host (flat).
- * "hier-onehost-": every rank of a run of two or more on one host (shared memory only).
- * Returns the name without the prefix.
+ * Hierarchical variants of a case (its name prefixed): the ranks run as hosts of
+ * HIER_RANKS_PER_HOST ranks each, told apart by ZIPCCL_HOST_ID (hier_set_host in each rank,
+ * before zc_comm_init), with ZIPCCL_TOPOLOGY=shards ("hier-": each local rank all-reduces its
+ * shard between hosts), leader ("leader-": the host's leader alone) or auto ("auto-": flat,
+ * shards or leader per call by the cost model). A run of fewer than two such hosts, or whose
+ * rank count they do not divide, runs one rank per host (flat). "hier-onehost-": every rank
+ * of a run of two or more on one host (shared memory only). Returns the name without the
+ * prefix.
  */
 #define HIER_RANKS_PER_HOST 2
 static inline const char *hier_case(const char *name)
 {
-    int onehost = strncmp(name, "hier-onehost-", 13) == 0;
-    if (!onehost && strncmp(name, "hier-", 5) != 0)
-        return name;
-    setenv("ZIPCCL_TOPOLOGY", "hierarchical", 1);
-    setenv("ZC_TEST_HIER", onehost ? "onehost" : "hosts", 1);
-    return name + (onehost ? 13 : 5);
+    static const struct {
+        const char *prefix, *topology, *mode;
+    } variants[] = {{"hier-onehost-", "shards", "onehost"},
+                    {"hier-", "shards", "hosts"},
+                    {"leader-", "leader", "hosts"},
+                    {"auto-", "auto", "hosts"}};
+    for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
+        size_t len = strlen(variants[i].prefix);
+        if (strncmp(name, variants[i].prefix, len) != 0)
+            continue;
+        setenv("ZIPCCL_TOPOLOGY", variants[i].topology, 1);
+        setenv("ZC_TEST_HIER", variants[i].mode, 1);
+        return name + len;
+    }
+    return name;
 }
 
 static inline void hier_set_host(int rank, int size)

@@ -15,8 +15,10 @@
  *   kill[-compressed]      a rank killed mid-collective
  *   nonblocking[-thread]   several zc_iallreduce in flight, zc_wait and zc_test polling
  *   env-styles      torchrun, Open MPI and Slurm variables instead of ZIPCCL_*
- *   hier-CASE       CASE with ZIPCCL_TOPOLOGY=hierarchical: its 4-rank runs as 2 hosts of 2
+ *   hier-CASE       CASE with ZIPCCL_TOPOLOGY=shards: its 4-rank runs as 2 hosts of 2
  *                   (ZIPCCL_HOST_ID, rank_check.h), the others flat; same checks
+ *   leader-CASE     the same with ZIPCCL_TOPOLOGY=leader (the host's leader alone between
+ *                   hosts), auto-CASE with ZIPCCL_TOPOLOGY=auto (the variant model per call)
  *   stats           ZIPCCL_STATS_FILE written and consistent with zc_comm_stats; a rank
  *                   that named its file with zc_comm_set_stats_file writes there instead
  *

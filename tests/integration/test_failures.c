@@ -16,10 +16,14 @@
  *   kill-named[-compressed]  rank 2 is killed mid-collective; every survivor's error names
  *                       rank 2, and none names a survivor (and, before, zc_comm_agree_max
  *                       agrees without counting as a call; after a failure it fails at once)
+ *   kill-named-rank3[-compressed]  the same with rank 3 killed (on two hosts of two: not its
+ *                       host's leader, where rank 2 is one)
  *
- *   hier-CASE           CASE with ZIPCCL_TOPOLOGY=hierarchical, ranks 0-1 and 2-3 as two hosts
+ *   hier-CASE           CASE with ZIPCCL_TOPOLOGY=shards, ranks 0-1 and 2-3 as two hosts
  *                       (rank_check.h): rank 2's local peer finds it through shared memory
  *   hier-onehost-CASE   the same with the 4 ranks on one host
+ *   leader-CASE         CASE with ZIPCCL_TOPOLOGY=leader on the same two hosts: rank 0 and
+ *                       rank 2 are the leaders, which alone all-reduce between hosts
  *
  * ALGO: ring (raw, ZIPCCL_CODEC=none), cring (fp16 on the compressed ring), allgather and
  * scatter (qsgd). Usage: test_failures CASE; exit 0 when the case passed.
@@ -369,6 +373,8 @@ static int case_config(const char *variable, const char *common, const char *vic
 /* ---- a killed rank is named
  * ---------------------------------------------------------------------- */
 
+static int victim = VICTIM; /* the rank kill_rank's run kills: set before the fork */
+
 static int kill_rank(int rank, int size, void *arg)
 {
     const size_t count = 4u << 20;
@@ -391,14 +397,14 @@ static int kill_rank(int rank, int size, void *arg)
         status = zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM);
         last_s = since_s(t);
     }
-    CHECK(status == ZC_ERR_PEER, "the call rank %d died in: %s", VICTIM, zc_status_string(status));
+    CHECK(status == ZC_ERR_PEER, "the call rank %d died in: %s", victim, zc_status_string(status));
     /* the peer error (UCX) ends it, not the deadline (60 s) */
     CHECK(last_s < 10, "the failing call took %.1f s", last_s);
     char dead[32], alive[32];
-    snprintf(dead, sizeof(dead), "rank %d", VICTIM);
-    CHECK(logged_has(dead), "the error does not name rank %d: %s", VICTIM, logged);
+    snprintf(dead, sizeof(dead), "rank %d", victim);
+    CHECK(logged_has(dead), "the error does not name rank %d: %s", victim, logged);
     for (int r = 0; r < size; r++) {
-        if (r == VICTIM)
+        if (r == victim)
             continue;
         snprintf(alive, sizeof(alive), "lost rank %d", r);
         CHECK(!logged_has(alive), "the error blames rank %d, alive: %s", r, logged);
@@ -420,14 +426,14 @@ static int case_kill(const char *algo)
                          "ZIPCCL_MIN_BYTES=0", NULL};
     zc_harness_opts_t o = {.nranks = NRANKS,
                            .deadline_s = 90,
-                           .kill_rank = VICTIM,
+                           .kill_rank = victim,
                            .kill_at_step = "allreduce 2",
                            .kill_after_s = 0.05,
-                           .expect_fail_mask = ((1ul << NRANKS) - 1) & ~(1ul << VICTIM),
+                           .expect_fail_mask = ((1ul << NRANKS) - 1) & ~(1ul << victim),
                            .expect_fail_status = FAILED_AS_EXPECTED,
                            .env = env};
     int rc = run_ranks(&o, kill_rank, NULL);
-    fprintf(stderr, "rank %d killed, %s: %s\n", VICTIM, algo, rc ? "FAILED" : "ok");
+    fprintf(stderr, "rank %d killed, %s: %s\n", victim, algo, rc ? "FAILED" : "ok");
     return rc != 0;
 }
 
@@ -445,9 +451,12 @@ static int run_case(const char *name)
         return case_config("ZIPCCL_CODEC", "qsgd", "none");
     if (strcmp(name, "config-min-bytes") == 0)
         return case_config("ZIPCCL_MIN_BYTES", "64KiB", "1MiB");
-    if (strcmp(name, "kill-named") == 0)
+    if (strncmp(name, "kill-named-rank3", 16) == 0)
+        victim = 3;
+    if (strcmp(name, "kill-named") == 0 || strcmp(name, "kill-named-rank3") == 0)
         return case_kill("ring");
-    if (strcmp(name, "kill-named-compressed") == 0)
+    if (strcmp(name, "kill-named-compressed") == 0 ||
+        strcmp(name, "kill-named-rank3-compressed") == 0)
         return case_kill("scatter");
     return -1;
 }

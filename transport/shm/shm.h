@@ -42,7 +42,8 @@ typedef struct zc_shm zc_shm_t;
 /* One rank's counters, each on its own cache line (no false sharing between writers). */
 typedef struct zc_shm_slot {
     _Atomic uint64_t written; /* rounds published: round k's data is in buffer k % 2 */
-    char pad_written[56];
+    _Atomic uint64_t beat;    /* moved by the rank while it works away from the segment */
+    char pad_written[48];
     _Atomic uint64_t consumed; /* rounds this rank has finished reading from every slot */
     char pad_consumed[56];
 } zc_shm_slot_t;

@@ -16,7 +16,8 @@
  * The communicator uses it at creation (collectives/hier.c): every rank finds
  * its facts (zc_topo_this_facts: its NUMA node, the network device nearest it
  * and that device's node), the host-grouping allgather gives every rank every
- * rank's, each host's leader is the rank nearest its NIC (zc_topo_pick_leader),
+ * rank's, each host's leader is the rank nearest its NIC (zc_topo_pick_leader;
+ * hier.c makes it local rank 0 of its host),
  * and each rank's shared-memory buffers are placed on its node
  * (transport/shm). Host grouping, the leader and the facts record are built
  * with or without hwloc; the queries below that read a zc_topo_t are built only

@@ -1451,3 +1451,128 @@ Test(policy, agree_speed_rounds_and_never_rises)
     cr_assert_float_eq(slower, exp2(29), 1.0, "a slower one lowers it: %.9g", slower);
     cr_assert_eq(zc_policy_agree_speed(c, INFINITY), c, "not a measurement");
 }
+
+/* ---- the hierarchical variants (zc_policy_hier_t) ---- */
+
+/*
+ * 4 hosts of 2 ranks on 1 Gb/s NICs, raw values (nothing to compress): the flat ring of 8
+ * ranks with 10 us steps; between hosts, each of the two local ranks gets half of the NIC while
+ * both transfer (and 400 us steps, as a step measured under that contention), the leader alone
+ * all of it with 50 us steps; shared memory copies and adds at 5 GB/s.
+ */
+static zc_policy_hier_t hier_model(unsigned variants)
+{
+    zc_policy_hier_t m;
+    memset(&m, 0, sizeof(m));
+    m.local_ranks = 2;
+    m.variants = variants;
+    m.shm_copy_bw = 5e9;
+    m.shm_add_bw = 5e9;
+    zc_policy_t flat = make_policy(8, ZC_CODEC_NONE, ZC_POLICY_ALGO_AUTO, 0, 0.125e9, 10e-6);
+    zc_policy_hier_set_flat(&m, &flat, 2.0 * 6 / 7); /* R (N - R) / (N - 1), ranks host by host */
+    m.shared = make_policy(4, ZC_CODEC_NONE, ZC_POLICY_ALGO_AUTO, 0, 0.125e9 / 2, 400e-6);
+    m.alone = make_policy(4, ZC_CODEC_NONE, ZC_POLICY_ALGO_AUTO, 0, 0.125e9, 50e-6);
+    return m;
+}
+
+#define ALL_VARIANTS (1u << ZC_HIER_FLAT | 1u << ZC_HIER_SHARDS | 1u << ZC_HIER_LEADER)
+
+static zc_hier_variant_t hier_choice(const zc_policy_hier_t *m, size_t bytes)
+{
+    return zc_policy_hier_choose(m, bytes / 4, ZC_DTYPE_F32, ZC_OP_SUM);
+}
+
+/*
+ * Where the modelled costs cross, the choice switches: small sums go flat (fewest fixed
+ * costs), mid-sized ones to the leader (its steps are short, its link whole), large ones to
+ * the shards (the same bytes on the wire as the leader, since the two local ranks share the
+ * NIC, and less shared-memory traffic). Had the model given each local rank the whole NIC,
+ * the shards' wire time would halve and they would win at 1 MiB: the last assertion.
+ */
+Test(policy, hier_variant_switches_where_the_costs_cross)
+{
+    zc_policy_hier_t m = hier_model(ALL_VARIANTS);
+    const size_t sizes[] = {64u << 10, 1u << 20, 64u << 20};
+    const zc_hier_variant_t want[] = {ZC_HIER_FLAT, ZC_HIER_LEADER, ZC_HIER_SHARDS};
+    for (size_t i = 0; i < ZC_ARRAY_SIZE(sizes); i++) {
+        zc_hier_variant_t got = hier_choice(&m, sizes[i]);
+        double c[ZC_HIER_VARIANTS];
+        for (int v = 0; v < ZC_HIER_VARIANTS; v++)
+            c[v] = zc_policy_hier_cost(&m, (zc_hier_variant_t)v, sizes[i] / 4, ZC_DTYPE_F32,
+                                       ZC_OP_SUM);
+        cr_assert_eq(got, want[i],
+                     "%zu bytes: %s, expected %s (flat %.3g, shards %.3g, leader %.3g ms)",
+                     sizes[i], zc_hier_variant_name(got), zc_hier_variant_name(want[i]), c[0] * 1e3,
+                     c[1] * 1e3, c[2] * 1e3);
+        for (int v = 0; v < ZC_HIER_VARIANTS; v++)
+            cr_assert(c[got] <= c[v], "%zu bytes: %s is not the cheapest", sizes[i],
+                      zc_hier_variant_name(got));
+    }
+    /* the leader's all-reduce sends the whole sum, the shards' half each at half the rate */
+    const size_t n = (64u << 20) / 4;
+    const double shards = zc_policy_hier_cost(&m, ZC_HIER_SHARDS, n, ZC_DTYPE_F32, ZC_OP_SUM);
+    const double leader = zc_policy_hier_cost(&m, ZC_HIER_LEADER, n, ZC_DTYPE_F32, ZC_OP_SUM);
+    const double wire = 2.0 * 3 / 4 * (4.0 * n) / 0.125e9; /* ring of 4 hosts at 1 Gb/s */
+    cr_assert(shards > wire && leader > wire, "either pays the ring's bytes at the NIC's rate");
+    cr_assert(leader - shards < 0.1 * wire, "and within shared memory's terms of each other");
+
+    zc_policy_hier_t ignorant = m;
+    ignorant.shared.in.link_bw = 0.125e9; /* every local rank given the whole NIC */
+    cr_assert_eq(hier_choice(&ignorant, 1u << 20), ZC_HIER_SHARDS,
+                 "the test tells a model that ignores the shared NIC");
+}
+
+/* ZIPCCL_TOPOLOGY=hierarchical: shards or leader only; disallowed variants cost infinity. */
+Test(policy, hier_variants_the_configuration_allows)
+{
+    zc_policy_hier_t m = hier_model(1u << ZC_HIER_SHARDS | 1u << ZC_HIER_LEADER);
+    cr_assert(isinf(zc_policy_hier_cost(&m, ZC_HIER_FLAT, 1000, ZC_DTYPE_F32, ZC_OP_SUM)));
+    cr_assert_eq(hier_choice(&m, 64u << 10), ZC_HIER_LEADER, "flat is not allowed");
+    cr_assert_eq(hier_choice(&m, 64u << 20), ZC_HIER_SHARDS);
+    m.variants = 1u << ZC_HIER_SHARDS;
+    cr_assert_eq(hier_choice(&m, 1u << 20), ZC_HIER_SHARDS);
+    /* f16 sums are kept in f32 between hosts: the leader's share of it costs twice the bytes */
+    m.variants = ALL_VARIANTS;
+    const double f16 = zc_policy_hier_cost(&m, ZC_HIER_LEADER, 1u << 20, ZC_DTYPE_F16, ZC_OP_SUM);
+    const double f32 = zc_policy_hier_cost(&m, ZC_HIER_LEADER, 1u << 20, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert(f16 < f32 && f16 > 0.5 * f32, "f16 %.3g ms, f32 %.3g ms", f16 * 1e3, f32 * 1e3);
+}
+
+/* Each size's first variant and every change of it are logged once (rank 0). */
+Test(policy, hier_decisions_are_logged_when_they_change)
+{
+    zc_policy_hier_t m = hier_model(ALL_VARIANTS);
+    m.log_decisions = 1;
+    zc_policy_hier_note(&m, 1u << 18, ZC_DTYPE_F32, ZC_OP_SUM, ZC_HIER_LEADER);
+    zc_policy_hier_note(&m, 1u << 18, ZC_DTYPE_F32, ZC_OP_SUM, ZC_HIER_LEADER);
+    cr_assert_eq(captured_count("262144 x f32 sums go leader (first call)"), 1);
+    zc_policy_hier_note(&m, 1u << 18, ZC_DTYPE_F32, ZC_OP_SUM, ZC_HIER_SHARDS);
+    cr_assert_eq(captured_count("go shards (was leader)"), 1);
+}
+
+/*
+ * The flat all-to-all paths pay the shared NIC too: with QSGD on the flat all-gather, each
+ * rank's payloads to the other hosts leave through its host's NIC with the other local rank's
+ * (12/7 of the ring's load per host at 4 x 2); the ring is costed on the link as measured.
+ */
+Test(policy, hier_flat_all_to_all_shares_the_nic)
+{
+    zc_policy_hier_t m = hier_model(ALL_VARIANTS);
+    zc_policy_t ag = make_policy(8, ZC_CODEC_QSGD, ALGO_CFG_ALLGATHER, 0, 0.125e9, 10e-6);
+    zc_policy_t ring = make_policy(8, ZC_CODEC_NONE, ZC_POLICY_ALGO_AUTO, 0, 0.125e9, 10e-6);
+    const size_t n = (64u << 20) / 4;
+    const double share = 2.0 * 6 / 7;
+    zc_policy_hier_set_flat(&m, &ag, share);
+    const double wire = 7.0 * ag.in.ratio[ZC_CODEC_QSGD] * 4.0 * n / 0.125e9; /* (n-1) P / W */
+    const double shared = zc_policy_hier_cost(&m, ZC_HIER_FLAT, n, ZC_DTYPE_F32, ZC_OP_SUM);
+    zc_policy_hier_set_flat(&m, &ag, 1.0);
+    const double alone = zc_policy_hier_cost(&m, ZC_HIER_FLAT, n, ZC_DTYPE_F32, ZC_OP_SUM);
+    cr_assert_float_eq(shared - alone, (share - 1.0) * wire, 1e-6 * wire,
+                       "all-gather: %.4g s more, expected %.4g", shared - alone,
+                       (share - 1.0) * wire);
+    zc_policy_hier_set_flat(&m, &ring, share);
+    const double r1 = zc_policy_hier_cost(&m, ZC_HIER_FLAT, n, ZC_DTYPE_F32, ZC_OP_SUM);
+    zc_policy_hier_set_flat(&m, &ring, 1.0);
+    cr_assert_eq(r1, zc_policy_hier_cost(&m, ZC_HIER_FLAT, n, ZC_DTYPE_F32, ZC_OP_SUM),
+                 "the ring is costed on the link it was measured on");
+}
