@@ -139,18 +139,6 @@ static double learned_or(const double *learned, zc_codec_id_t codec, double dflt
 }
 
 /*
- * Whether @p codec's decode_add follows its payload rather than the output: top-k adds its
- * kept values at their indices (about rho of the output), where qsgd and fp16/bf16 decode
- * every value, GradiVeQ expands every slice from its basis and PowerSGD multiplies out P Q^T.
- * For such a codec the pass that zeroes the accumulator before the first payload, which the
- * dense decodes' own pass over the output dwarfs, is most of a call's decode time.
- */
-static int sparse_decode(zc_codec_id_t codec)
-{
-    return codec == ZC_CODEC_TOPK;
-}
-
-/*
  * Whether the scatter's owner sums @p codec's payloads (zc_codec_reduce) instead of decoding
  * and re-encoding them: linear codecs whose decoding needs a learned state (GradiVeQ), as
  * collectives/scatter.c decides.
@@ -183,7 +171,9 @@ static void codec_secs(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t 
     const zc_policy_inputs_t *in = &pol->in;
     const double n = pol->nranks, B = 4.0 * count, P = r * B;
     const double E = in->enc_bw[codec], D = in->dec_bw[codec], R = in->reduce_bw[codec];
-    const double Z = sparse_decode(codec) ? in->zero_bw : INFINITY; /* dense: within D */
+    /* a sparse decode (zc_codec_sparse_decode: top-k) touches its entries, so the zeroing of
+       the accumulators is most of it; a dense one reads and writes every value: within D */
+    const double Z = zc_codec_sparse_decode(codec) ? in->zero_bw : INFINITY;
 
     switch (algo) {
     case ZC_ALGO_COMPRESSED_RING: *enc_p = B / E, *dec_p = (n - 1.0) * P / (n * R) + B / D; break;

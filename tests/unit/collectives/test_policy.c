@@ -5,6 +5,7 @@
  * measured without auto, identical inputs on every rank with it.
  */
 #include "collectives/policy.h"
+#include "codec/codec.h"
 #include "common/compiler.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -1497,7 +1498,7 @@ Test(policy, codec_work_matches_the_model)
 }
 
 /*
- * Top-k's decode adds its kept entries and zeroes the accumulator (policy.c, sparse_decode):
+ * Top-k's decode adds its kept entries and zeroes the accumulator (zc_codec_sparse_decode):
  * the all-gather's four payloads cost about what the scatter's two passes do, not twice. The
  * inputs are the emulated cluster's at 1 Gbit/s (docs/results.md: link 0.0949 GB/s, round 1.64
  * ms, top-k enc 3.61 dec 97.2 GB/s) and its calls at 64 MiB on the scatter: 90 ms encoding and
@@ -1520,6 +1521,10 @@ Test(policy, sparse_decode_is_charged_what_it_touches)
     in->ratio[ZC_CODEC_TOPK] = 0.01232;
     const size_t n = (size_t)16 << 20; /* 64 MiB of f32 */
     const double B = 4.0 * (double)n;
+    /* which decodes are sparse: top-k's; every other codec decodes every value */
+    for (int c = 0; c < ZC_CODEC_COUNT; c++)
+        cr_assert_eq(zc_codec_sparse_decode((zc_codec_id_t)c), c == ZC_CODEC_TOPK, "%s",
+                     zc_codec_name((zc_codec_id_t)c));
 
     /* init's speeds: the scatter (its encode saving is the link's time) */
     cr_assert_eq(zc_policy_choose_tensor(&pol, n, ZC_DTYPE_F32, ZC_OP_SUM, NULL).algo,
