@@ -1553,7 +1553,7 @@ Test(policy, sparse_decode_is_charged_what_it_touches)
     const double ag_dec_s = dec_ag / dec[ZC_CODEC_TOPK];
     cr_assert(ag_dec_s > 10e-3 && ag_dec_s < 13e-3, "%.3g ms", ag_dec_s * 1e3);
 
-    /* at 16 MiB and below the link's rounds keep what init's speeds chose */
+    /* a 4 MiB tensor, where the rounds weigh more, keeps what init's speeds chose */
     const size_t small = (size_t)1 << 20;
     cr_assert_eq(zc_policy_choose_tensor(&pol, small, ZC_DTYPE_F32, ZC_OP_SUM, &lr).algo,
                  zc_policy_choose_tensor(&pol, small, ZC_DTYPE_F32, ZC_OP_SUM, NULL).algo);
