@@ -42,7 +42,7 @@
 #define RAW_MIN_GAIN 0.1
 
 /* Relative difference below which two paths model alike (the rounding of equal sums in another
-   order): cheapest() then takes the later candidate. */
+   order): cheapest() then keeps the earlier candidate. */
 #define MODEL_TIE 1e-9
 
 /*
@@ -303,14 +303,14 @@ static zc_path_t make_path(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_i
 /*
  * The cheapest of @p codecs x the compressed algorithms allowed (@p algo_cfg);
  * with @p with_raw, raw unless that path models at least RAW_MIN_GAIN faster.
- * Candidates are tried in a fixed order (ring, all-gather, scatter), so ties
- * resolve the same way on every rank; a later one takes a tie within
- * rounding (MODEL_TIE). The tie that occurs: the ring and a scatter whose
- * owner sums payloads (GradiVeQ) send the same bytes and do the same codec
- * work, and 2 (n-1) steps of L >= M / (n-1) against two rounds M model
- * alike; the scatter is 2 hops deep where the ring's chunks pass 2 (n-1),
- * and was the faster of the two fixed paths in 17 of 24 GradiVeQ rows of
- * the emulated cluster (docs/results.md, "Sparse decodes").
+ * Candidates are tried in a fixed order (ring, all-gather, scatter) and a
+ * later one must be cheaper by more than rounding (MODEL_TIE), so ties
+ * resolve the same way on every rank and in every run. The tie that occurs:
+ * the ring and a scatter whose owner sums payloads (GradiVeQ) send the same
+ * bytes and do the same codec work, and 2 (n-1) steps of L >= M / (n-1)
+ * against two rounds M model alike: the ring, as before the scatter's
+ * reduces were modelled (on the emulated cluster neither was reliably
+ * faster: docs/results.md, "Sparse decodes").
  */
 static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, size_t ncodecs,
                           int with_raw, double count, double elem, const zc_policy_learned_t *lr)
@@ -325,7 +325,7 @@ static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, s
                 a != (int)zc_algo_from_choice(pol->algo_cfg))
                 continue;
             double c = path_cost_r(pol, (zc_algo_id_t)a, codecs[i], count, elem, lr);
-            if (c < best || (isfinite(c) && c <= best * (1.0 + MODEL_TIE))) {
+            if (c < best * (1.0 - MODEL_TIE)) {
                 best = c;
                 best_algo = (zc_algo_id_t)a;
                 best_codec = codecs[i];

@@ -517,11 +517,11 @@ Test(policy, fixed_codec_with_auto_algo_runs_raw_when_raw_is_cheaper)
     cr_assert(p.algo == ZC_ALGO_ALLGATHER || p.algo == ZC_ALGO_SCATTER);
 
     /* gradiveq is linear: the ring and the scatter sum payloads without decoding and
-       re-encoding them, and model alike: the scatter (cheapest()'s ties) */
+       re-encoding them, and model alike: the ring (cheapest()'s ties) */
     pol = slow_link(64, ZC_CODEC_GRADIVEQ, ZC_POLICY_ALGO_AUTO);
     p = zc_policy_choose(&pol, 16 << 20, ZC_DTYPE_F32, ZC_OP_SUM);
     cr_assert_eq(p.params.codec, ZC_CODEC_GRADIVEQ);
-    cr_assert_eq(p.algo, ZC_ALGO_SCATTER, "got %s", zc_algo_name(p.algo));
+    cr_assert_eq(p.algo, ZC_ALGO_COMPRESSED_RING, "got %s", zc_algo_name(p.algo));
 }
 
 Test(policy, auto_sends_no_bf16_payloads_for_16_bit_input)
@@ -652,7 +652,7 @@ Test(policy, raw_cost_ignores_codec_speeds)
 
 /*
  * The chosen path is the cheapest compressed one allowed (within the rounding
- * of a tie, which cheapest() gives to the later candidate), and cheaper than
+ * of a tie, which cheapest() leaves to the earlier candidate), and cheaper than
  * raw; or raw, when no compressed path is clearly (2x) cheaper.
  */
 static void assert_argmin(const zc_policy_t *pol, size_t count)
@@ -1615,11 +1615,11 @@ Test(policy, scatter_that_sums_payloads_is_charged_the_reduces)
     const double ring = zc_policy_cost(&pol, ZC_ALGO_COMPRESSED_RING, ZC_CODEC_GRADIVEQ, 4 * n);
     const double L = ZC_MAX(in->link_lat, M / 3);
     cr_assert_float_eq(ring - sc, 6 * L - 2 * M, 1e-9 * sc);
-    /* a tie in the model (L = M / 3 here): the scatter, whatever rounding the sums took */
+    /* a tie in the model (L = M / 3 here): the ring, whatever rounding the sums took */
     for (size_t m = (size_t)1 << 18; m <= (size_t)1 << 26; m += m / 3) {
         const double learned[ZC_CODEC_COUNT] = {[ZC_CODEC_GRADIVEQ] = 0.125};
         const zc_path_t p = zc_policy_choose_learned(&pol, m, ZC_DTYPE_F32, ZC_OP_SUM, learned);
-        cr_assert_eq(p.algo, ZC_ALGO_SCATTER, "%zu values: %s", m, zc_algo_name(p.algo));
+        cr_assert_eq(p.algo, ZC_ALGO_COMPRESSED_RING, "%zu values: %s", m, zc_algo_name(p.algo));
     }
     double enc_bytes, dec_bytes;
     zc_policy_codec_work(&pol, ZC_ALGO_SCATTER, ZC_CODEC_GRADIVEQ, n, NULL, &enc_bytes, &dec_bytes);
