@@ -296,6 +296,12 @@ double zc_codec_wire_ratio(const zc_codec_params_t *params)
     return ops && ops->wire_ratio ? ops->wire_ratio(params) : 1.0;
 }
 
+int zc_codec_sparse_decode(zc_codec_id_t codec)
+{
+    const zc_codec_ops_t *ops = zc_codec_ops(codec);
+    return ops && ops->sparse_decode;
+}
+
 int zc_codec_learns_ratio(zc_codec_id_t codec)
 {
     const zc_codec_ops_t *ops = zc_codec_ops(codec);

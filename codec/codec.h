@@ -122,6 +122,12 @@ typedef struct zc_codec_ops {
      * measured. reduce 0: not linear.
      */
     double nominal_encode_bw, nominal_decode_bw, nominal_reduce_bw;
+    /*
+     * Non-zero: decode_add touches the payload's entries only, not every output value
+     * (top-k), so that zeroing the accumulator is most of a decode: the cost model charges
+     * that pass (collectives/policy.c). 0: every value is decoded (the zeroing is within D).
+     */
+    int sparse_decode;
     /* Largest body for @p count values (params already checked). */
     size_t (*bound)(const zc_codec_params_t *params, uint64_t count);
     /*
@@ -268,6 +274,8 @@ size_t zc_codec_granule(const zc_codec_params_t *params);
 double zc_codec_wire_ratio(const zc_codec_params_t *params);
 /* Whether @p codec's ratio is learned from a tensor's gradients (ops learned_ratio). */
 int zc_codec_learns_ratio(zc_codec_id_t codec);
+/* See zc_codec_ops_t.sparse_decode; 0 for an unknown codec. */
+int zc_codec_sparse_decode(zc_codec_id_t codec);
 /* See zc_codec_ops_t.learned_ratio; 0 for NULL or a codec without one. */
 double zc_codec_learned_ratio(const zc_codec_state_t *state);
 /* See zc_codec_ops_t.ring_codec: @p codec itself when it is linear, else its ring codec or 0. */

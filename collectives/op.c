@@ -441,7 +441,8 @@ static void measure_speeds(zc_coll_op_t *op)
     zc_tensor_state_t *ts = op->tstate;
     double enc_bytes, dec_bytes;
 
-    zc_policy_codec_work(&op->comm->policy, op->path.algo, op->count, &enc_bytes, &dec_bytes);
+    zc_policy_codec_work(&op->comm->policy, op->path.algo, op->path.params.codec, op->count,
+                         ts->learned_ratio, &enc_bytes, &dec_bytes);
     /* the tensor's first call (allocations, page faults) is a warm-up, not a measurement */
     if (ts->calls == 0 || !(enc_bytes > 0) || !op->stats.encode_ns || !op->stats.decode_ns)
         return;

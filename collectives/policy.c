@@ -30,6 +30,7 @@
 #define NOMINAL_LINK_BW 1.25e9
 #define NOMINAL_LINK_LAT 20e-6
 #define NOMINAL_ADD_BW 10e9
+#define NOMINAL_ZERO_BW 20e9
 
 /*
  * Where raw is a candidate, a compressed path must model this much faster to
@@ -39,6 +40,10 @@
  * costs.
  */
 #define RAW_MIN_GAIN 0.1
+
+/* Relative difference below which two paths model alike (the rounding of equal sums in another
+   order): cheapest() then keeps the earlier candidate. */
+#define MODEL_TIE 1e-9
 
 /*
  * Measured rates are rounded to powers of 2^(1/CLASSES_PER_OCTAVE) (zc_policy_round_inputs):
@@ -138,14 +143,65 @@ static double learned_or(const double *learned, zc_codec_id_t codec, double dflt
 }
 
 /*
+ * Whether the scatter's owner sums @p codec's payloads (zc_codec_reduce) instead of decoding
+ * and re-encoding them: linear codecs whose decoding needs a learned state (GradiVeQ), as
+ * collectives/scatter.c decides.
+ */
+static int scatter_reduces(zc_codec_id_t codec)
+{
+    const unsigned caps = zc_codec_caps(codec);
+    return (caps & ZC_CODEC_CAP_LINEAR) && !(caps & ZC_CODEC_CAP_STATELESS);
+}
+
+/*
+ * Seconds of @p algo's codec work with @p codec on @p count values at init's speeds (E0, D0,
+ * R0, Z0: pol->in), payloads at ratio @p r (P = r B): encode into *@p enc_p, and into *@p dec_p
+ * what a call times as decode (the algorithms' decode_ns): decodes, payload
+ * reduces and the accumulators' zeroing where the decode is sparse:
+ *
+ *   ring            enc B/E0                 dec (n-1) P / (n R0) + B/D0
+ *   allgather       enc B/E0                 dec n B/D0            (+ B/Z0 sparse)
+ *   scatter         enc B/E0 + B/(n E0)      dec 2 B/D0            (+ B/(n Z0) + B/Z0 sparse)
+ *   scatter, reduce enc B/E0                 dec (n-1) P / (n R0) + B/D0
+ *
+ * A sparse decode's B/D0 per payload of the whole vector is its payload's entries (top-k's
+ * payloads have a fixed ratio, the one D0 was measured at). A tensor's learned speeds scale
+ * each side as a whole (path_cost_r): a contention that slows its encode or decode slows every
+ * pass of it alike, so a speed learned on one algorithm converts to another by these seconds.
+ */
+static void codec_secs(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec, double count,
+                       double r, double *enc_p, double *dec_p)
+{
+    const zc_policy_inputs_t *in = &pol->in;
+    const double n = pol->nranks, B = 4.0 * count, P = r * B;
+    const double E = in->enc_bw[codec], D = in->dec_bw[codec], R = in->reduce_bw[codec];
+    /* a sparse decode (zc_codec_sparse_decode: top-k) touches its entries, so the zeroing of
+       the accumulators is most of it; a dense one reads and writes every value: within D */
+    const double Z = zc_codec_sparse_decode(codec) ? in->zero_bw : INFINITY;
+
+    switch (algo) {
+    case ZC_ALGO_COMPRESSED_RING: *enc_p = B / E, *dec_p = (n - 1.0) * P / (n * R) + B / D; break;
+    case ZC_ALGO_ALLGATHER: *enc_p = B / E, *dec_p = n * B / D + B / Z; break;
+    case ZC_ALGO_SCATTER:
+        if (scatter_reduces(codec))
+            *enc_p = B / E, *dec_p = (n - 1.0) * P / (n * R) + B / D;
+        else
+            *enc_p = B / E + B / (n * E), *dec_p = 2.0 * B / D + B / (n * Z) + B / Z;
+        break;
+    default: *enc_p = 0, *dec_p = 0; break;
+    }
+}
+
+/*
  * Modelled seconds of @p algo with @p codec on @p count values whose raw form
  * is @p elem bytes each. Codec speeds and ratios are per f32 input byte
  * (B = 4 count); the raw ring moves the caller's type (count * elem bytes).
  * The formulas are policy.h's: every call pays one round with every peer (M)
  * for its header, then each algorithm its own: the rings 2 (n-1) steps (L
  * each: a rank sends what it just received), the all-gather one round (every
- * payload posted at once), the scatter two; and its bytes. They add the stages up without crediting
- * the overlap of pipelining, so compression is modelled slightly pessimistically.
+ * payload posted at once), the scatter two; its bytes; and its codec work
+ * (codec_secs). They add the stages up without crediting the overlap of
+ * pipelining, so compression is modelled slightly pessimistically.
  */
 static double path_cost_r(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec,
                           double count, double elem, const zc_policy_learned_t *lr)
@@ -165,34 +221,41 @@ static double path_cost_r(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id
         return header + powersgd_cost(pol, count);
 
     const double r = learned_or(lr ? lr->ratio : NULL, codec, in->ratio[codec]);
-    /* the tensor's own calls' speeds, once the ranks agreed on them (zc_policy_agree_speed) */
+    /*
+     * The tensor's own calls' speeds, once the ranks agreed on them (zc_policy_agree_speed):
+     * speeds of the work zc_policy_codec_work counts, so each side's seconds at init's speeds
+     * scale by init's speed over the learned one.
+     */
     const double E = learned_or(lr ? lr->enc_bw : NULL, codec, in->enc_bw[codec]);
     const double D = learned_or(lr ? lr->dec_bw : NULL, codec, in->dec_bw[codec]);
     const double P = r * B; /* payload bytes of the whole vector */
+    double enc, dec;
+    codec_secs(pol, algo, codec, count, r, &enc, &dec);
+    const double codec_s = enc * (in->enc_bw[codec] / E) + dec * (in->dec_bw[codec] / D);
     /* codecs that share scales (qsgd-int): a ring all-reduce of their maximum first */
     const double S = 4.0 * (double)zc_codec_shared_scales(&pol->params[codec], (uint64_t)count);
     switch (algo) {
     case ZC_ALGO_COMPRESSED_RING:
-        return header + (S > 0 ? 2.0 * (n - 1.0) * (L + S / (n * W)) : 0.0) + B / E +
-               2.0 * (n - 1.0) * (L + P / (n * W)) + (n - 1.0) * P / (n * in->reduce_bw[codec]) +
-               B / D;
-    case ZC_ALGO_ALLGATHER: return header + B / E + M + (n - 1.0) * P / W + n * B / D;
-    default: /* scatter: shards out, owner decodes and re-encodes its shard, all-gather, decode */
-        return header + B / E + M + (n - 1.0) * P / (n * W) + B / D + B / (n * E) + M +
-               (n - 1.0) * P / (n * W) + B / D;
+        return header + (S > 0 ? 2.0 * (n - 1.0) * (L + S / (n * W)) : 0.0) +
+               2.0 * (n - 1.0) * (L + P / (n * W)) + codec_s;
+    case ZC_ALGO_ALLGATHER: return header + M + (n - 1.0) * P / W + codec_s;
+    default: /* scatter: shards out, owner sums its shard, all-gather of the sums */
+        return header + M + (n - 1.0) * P / (n * W) + M + (n - 1.0) * P / (n * W) + codec_s;
     }
 }
 
-void zc_policy_codec_work(const zc_policy_t *pol, zc_algo_id_t algo, size_t count,
-                          double *enc_bytes, double *dec_bytes)
+void zc_policy_codec_work(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec,
+                          size_t count, const double *learned, double *enc_bytes, double *dec_bytes)
 {
-    const double n = pol->nranks, B = 4.0 * (double)count;
-    switch (algo) {
-    case ZC_ALGO_COMPRESSED_RING: *enc_bytes = B, *dec_bytes = B; break;
-    case ZC_ALGO_ALLGATHER: *enc_bytes = B, *dec_bytes = n * B; break;
-    case ZC_ALGO_SCATTER: *enc_bytes = B + B / n, *dec_bytes = 2.0 * B; break;
-    default: *enc_bytes = 0, *dec_bytes = 0; break;
-    }
+    *enc_bytes = 0, *dec_bytes = 0;
+    if ((unsigned)codec >= ZC_CODEC_COUNT || codec == ZC_CODEC_NONE || algo == ZC_ALGO_RAW_RING ||
+        algo == ZC_ALGO_POWERSGD || !zc_policy_supports(algo, codec))
+        return;
+    const double r = learned_or(learned, codec, pol->in.ratio[codec]);
+    double enc, dec;
+    codec_secs(pol, algo, codec, (double)count, r, &enc, &dec);
+    *enc_bytes = enc * pol->in.enc_bw[codec];
+    *dec_bytes = dec * pol->in.dec_bw[codec];
 }
 
 static double path_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec,
@@ -204,6 +267,12 @@ static double path_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t
 double zc_policy_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec, size_t bytes)
 {
     return path_cost(pol, algo, codec, (double)bytes / 4.0, 4.0);
+}
+
+double zc_policy_cost_tensor(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec,
+                             size_t bytes, const zc_policy_learned_t *lr)
+{
+    return path_cost_r(pol, algo, codec, (double)bytes / 4.0, 4.0, lr);
 }
 
 /* ---------------------------------------------------------------- choose */
@@ -234,8 +303,14 @@ static zc_path_t make_path(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_i
 /*
  * The cheapest of @p codecs x the compressed algorithms allowed (@p algo_cfg);
  * with @p with_raw, raw unless that path models at least RAW_MIN_GAIN faster.
- * Candidates are tried in a fixed order and a later one must be strictly
- * cheaper, so ties resolve the same way on every rank.
+ * Candidates are tried in a fixed order (ring, all-gather, scatter) and a
+ * later one must be cheaper by more than rounding (MODEL_TIE), so ties
+ * resolve the same way on every rank and in every run. The tie that occurs:
+ * the ring and a scatter whose owner sums payloads (GradiVeQ) send the same
+ * bytes and do the same codec work, and 2 (n-1) steps of L >= M / (n-1)
+ * against two rounds M model alike: the ring, as before the scatter's
+ * reduces were modelled (on the emulated cluster neither was reliably
+ * faster: docs/results.md, "Sparse decodes").
  */
 static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, size_t ncodecs,
                           int with_raw, double count, double elem, const zc_policy_learned_t *lr)
@@ -250,7 +325,7 @@ static zc_path_t cheapest(const zc_policy_t *pol, const zc_codec_id_t *codecs, s
                 a != (int)zc_algo_from_choice(pol->algo_cfg))
                 continue;
             double c = path_cost_r(pol, (zc_algo_id_t)a, codecs[i], count, elem, lr);
-            if (c < best) {
+            if (c < best * (1.0 - MODEL_TIE)) {
                 best = c;
                 best_algo = (zc_algo_id_t)a;
                 best_codec = codecs[i];
@@ -388,6 +463,7 @@ void zc_policy_round_inputs(zc_policy_inputs_t *in)
     in->link_lat = round_class(in->link_lat);
     in->round_lat = round_class(in->round_lat);
     in->add_bw = round_class(in->add_bw);
+    in->zero_bw = round_class(in->zero_bw);
     for (int c = 0; c < ZC_CODEC_COUNT; c++) {
         in->enc_bw[c] = round_class(in->enc_bw[c]);
         in->dec_bw[c] = round_class(in->dec_bw[c]);
@@ -472,6 +548,7 @@ void zc_policy_inputs_slowest(zc_policy_inputs_t *acc, const zc_policy_inputs_t 
     acc->link_lat = ZC_MAX(acc->link_lat, o->link_lat);
     acc->round_lat = ZC_MAX(acc->round_lat, o->round_lat);
     acc->add_bw = ZC_MIN(acc->add_bw, o->add_bw);
+    acc->zero_bw = ZC_MIN(acc->zero_bw, o->zero_bw);
     for (int c = 0; c < ZC_CODEC_COUNT; c++) {
         acc->enc_bw[c] = ZC_MIN(acc->enc_bw[c], o->enc_bw[c]);
         acc->dec_bw[c] = ZC_MIN(acc->dec_bw[c], o->dec_bw[c]);
@@ -571,6 +648,7 @@ static void nominal_inputs(zc_policy_t *pol)
     in->link_lat = NOMINAL_LINK_LAT;
     in->round_lat = NOMINAL_LINK_LAT;
     in->add_bw = NOMINAL_ADD_BW;
+    in->zero_bw = NOMINAL_ZERO_BW;
     for (int c = 0; c < ZC_CODEC_COUNT; c++) {
         const zc_codec_ops_t *ops = zc_codec_ops((zc_codec_id_t)c);
         in->enc_bw[c] = ops->nominal_encode_bw;
@@ -683,11 +761,11 @@ void zc_policy_log(const zc_policy_t *pol)
             off += (size_t)snprintf(line + off, sizeof(line) - off, __VA_ARGS__);                  \
     } while (0)
 
-    APPEND("policy: %d rank%s, link %s, step %.1f us, round %.1f us%s, add %s", pol->nranks,
-           pol->nranks == 1 ? "" : "s", fmt_rate(r1, sizeof(r1), pol->in.link_bw),
+    APPEND("policy: %d rank%s, link %s, step %.1f us, round %.1f us%s, add %s, zero %s",
+           pol->nranks, pol->nranks == 1 ? "" : "s", fmt_rate(r1, sizeof(r1), pol->in.link_bw),
            pol->in.link_lat * 1e6, pol->in.round_lat * 1e6,
            pol->nranks > 1 ? " (slowest rank)" : " (none: one rank)",
-           fmt_rate(r2, sizeof(r2), pol->in.add_bw));
+           fmt_rate(r2, sizeof(r2), pol->in.add_bw), fmt_rate(r3, sizeof(r3), pol->in.zero_bw));
     for (int c = 1; c < ZC_CODEC_COUNT; c++) {
         if (!(mask & 1u << c))
             continue;

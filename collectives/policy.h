@@ -16,10 +16,14 @@
  *   raw ring   M + 2 (n-1) (L + B / (n W)) + (n-1) B / (n A)     (A: add speed)
  *   ring       M + B / E + 2 (n-1) (L + r B / (n W)) + (n-1) r B / (n R) + B / D
  *              + 2 (n-1) (L + S / (n W))   with shared scales (qsgd-int): S = 4 per bucket
- *   allgather  M + B / E + M + (n-1) r B / W + n B / D            (one round: every peer at once)
- *   scatter    M + B / E + M + (n-1) r B / (n W) + B / D + B / (n E)
- *              + M + (n-1) r B / (n W) + B / D                    (two rounds)
- * (R: payload reduce speed). ZIPCCL_ALGO=auto takes the cheapest path that
+ *   allgather  M + B / E + M + (n-1) r B / W + n B / D [+ B / Z]  (one round: every peer at once)
+ *   scatter    M + B / E + M + (n-1) r B / (n W) + B / D + B / (n E) [+ B / (n Z)]
+ *              + M + (n-1) r B / (n W) + B / D [+ B / Z]          (two rounds)
+ * (R: payload reduce speed; [Z]: zeroing the accumulators, charged where the decode is sparse,
+ * top-k's, and within D for the dense ones; a scatter whose owner sums payloads, GradiVeQ's,
+ * charges (n-1) r B / (n R) for the owner's B / D + B / (n E)). A tensor's learned speeds
+ * scale a path's encode and decode seconds by init's speed over the learned one
+ * (zc_policy_codec_work). ZIPCCL_ALGO=auto takes the cheapest path that
  * the codec supports, raw included. Measured rates are rounded to classes
  * (powers of 2^(1/4)) so that two runs on the same cluster decide alike.
  */
@@ -48,6 +52,7 @@ typedef struct zc_policy_inputs {
     double link_lat;  /* seconds of one ring step of small messages (median) */
     double round_lat; /* seconds of one round of small messages with every peer (median) */
     double add_bw;    /* f32 bytes/s of the raw reduction */
+    double zero_bw;   /* f32 bytes/s of zeroing an accumulator (memset): sparse decodes */
     double enc_bw[ZC_CODEC_COUNT];    /* f32 input bytes/s of encode */
     double dec_bw[ZC_CODEC_COUNT];    /* f32 output bytes/s of decode_add */
     double reduce_bw[ZC_CODEC_COUNT]; /* payload bytes/s of zc_codec_reduce (linear codecs) */
@@ -173,15 +178,21 @@ zc_path_t zc_policy_choose_tensor(const zc_policy_t *pol, size_t count, zc_dtype
                                   zc_redop_t op, const zc_policy_learned_t *lr);
 
 /*
- * The f32 input bytes a call of @p algo on @p count values encodes and decodes,
- * as the cost model counts them (the B / E and B / D terms: the all-gather
- * decodes n payloads, the scatter encodes its shard again and decodes twice);
- * 0 for raw and PowerSGD, whose speeds are not learned. A call's encode and
- * decode seconds divided into them are speeds with which the model reproduces
- * that call's codec time.
+ * The work a call of @p algo with @p codec on @p count values does encoding
+ * and decoding, as the cost model counts it, in f32 input bytes at init's
+ * speeds: the model's encode seconds at init's speeds times init's E, its
+ * decode seconds (decodes, payload reduces, a sparse decode's zeroing) times
+ * init's D. For a dense codec that is bytes decoded (all-gather n B, scatter
+ * 2 B); top-k's all-gather and scatter both zero about B, so their work
+ * differs far less than n B against 2 B. @p learned: the tensor's learned
+ * ratios (NULL or 0: init's), which weigh payload reduces. 0 for raw and
+ * PowerSGD, whose speeds are not learned. A call's encode and decode seconds
+ * divided into them are speeds with which the model reproduces that call's
+ * codec time, and predicts the other algorithms' at the same slowdown.
  */
-void zc_policy_codec_work(const zc_policy_t *pol, zc_algo_id_t algo, size_t count,
-                          double *enc_bytes, double *dec_bytes);
+void zc_policy_codec_work(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec,
+                          size_t count, const double *learned, double *enc_bytes,
+                          double *dec_bytes);
 
 /*
  * A tensor's learned speed after a call whose headers carried @p slowest, the
@@ -214,6 +225,10 @@ void zc_policy_note(zc_policy_t *pol, size_t count, zc_dtype_t dtype, zc_redop_t
 /* Modelled seconds of @p path on @p bytes of f32 input (for the log, the tests and allreduce_perf).
  */
 double zc_policy_cost(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec, size_t bytes);
+
+/* zc_policy_cost with a tensor's learned ratios and speeds (@p lr, or NULL: init's). */
+double zc_policy_cost_tensor(const zc_policy_t *pol, zc_algo_id_t algo, zc_codec_id_t codec,
+                             size_t bytes, const zc_policy_learned_t *lr);
 
 /* ---- the hierarchical variants (policy.c, "hierarchical"; hier.c measures and agrees the inputs)
  */
@@ -287,7 +302,7 @@ void zc_policy_hier_note(zc_policy_hier_t *m, size_t count, zc_dtype_t dtype, zc
 const char *zc_hier_variant_name(zc_hier_variant_t variant);
 
 /*
- * Agreement of measured inputs: lowers every rate of @p acc (link, add, codec
+ * Agreement of measured inputs: lowers every rate of @p acc (link, add, zeroing, codec
  * speeds) to @p o's and raises its latencies to @p o's (a call waits for its
  * slowest rank); ratios are left alone.
  */

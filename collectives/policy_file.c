@@ -7,13 +7,14 @@
  *
  * The file is text, one fact per line, rates as exact hex floats:
  *
- *   zipccl policy inputs 2
+ *   zipccl policy inputs 3
  *   ranks 4
  *   codec qsgd 8d0c31f2          (the parameters' hash, one line per codec in play)
  *   link_bw 0x1.2a05f2p+30
  *   link_lat 0x1.4f8b588e368f1p-17
  *   round_lat 0x1.0c6f7a0b5ed8dp-14
  *   add_bw ...
+ *   zero_bw ...
  *   qsgd enc_bw ... dec_bw ... reduce_bw ... ratio ...
  *
  * The lines up to the rates name what the rates were measured for; a file
@@ -32,11 +33,12 @@
 
 /*
  * Version 2: link_lat is a ring step's median (was the fastest 8-byte step), round_lat a round
- * with every peer, and the rates are rounded to classes; a file of another version is another
- * configuration's.
+ * with every peer, and the rates are rounded to classes. Version 3: zero_bw, the speed of
+ * zeroing an accumulator (sparse decodes). A file of another version is another
+ * configuration's: measured anew (warned) and replaced.
  */
 #define FILE_KIND "zipccl policy inputs "
-#define FILE_MAGIC FILE_KIND "2\n"
+#define FILE_MAGIC FILE_KIND "3\n"
 
 /* The identity block: the magic, the rank count and each codec in play with its parameters. */
 static size_t identity(const zc_policy_t *pol, char *buf, size_t len)
@@ -84,7 +86,8 @@ static int read_rates(FILE *f, char *line, size_t len, const zc_policy_t *pol,
     if (!read_rate(line, "link_bw", &in->link_bw) || !fgets(line, (int)len, f) ||
         !read_rate(line, "link_lat", &in->link_lat) || !fgets(line, (int)len, f) ||
         !read_rate(line, "round_lat", &in->round_lat) || !fgets(line, (int)len, f) ||
-        !read_rate(line, "add_bw", &in->add_bw))
+        !read_rate(line, "add_bw", &in->add_bw) || !fgets(line, (int)len, f) ||
+        !read_rate(line, "zero_bw", &in->zero_bw))
         return 0;
     for (int c = 0; c < ZC_CODEC_COUNT; c++) {
         if (!(mask & 1u << c))
@@ -174,8 +177,8 @@ zc_status_t zc_policy_file_save(const zc_policy_t *pol, const char *path)
         goto fail;
     identity(pol, head, sizeof(head));
     fputs(head, f);
-    fprintf(f, "link_bw %a\nlink_lat %a\nround_lat %a\nadd_bw %a\n", in->link_bw, in->link_lat,
-            in->round_lat, in->add_bw);
+    fprintf(f, "link_bw %a\nlink_lat %a\nround_lat %a\nadd_bw %a\nzero_bw %a\n", in->link_bw,
+            in->link_lat, in->round_lat, in->add_bw, in->zero_bw);
     for (int c = 0; c < ZC_CODEC_COUNT; c++)
         if (mask & 1u << c)
             fprintf(f, "%s enc_bw %a dec_bw %a reduce_bw %a ratio %a\n",

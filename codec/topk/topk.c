@@ -344,6 +344,7 @@ const zc_codec_ops_t zc_codec_topk_ops = {
     .wire_ratio = topk_wire_ratio,
     .nominal_encode_bw = 1e9,
     .nominal_decode_bw = 20e9,
+    .sparse_decode = 1, /* adds the kept entries at their indices */
     .bound = topk_bound,
     .encode = topk_encode,
     .encode_try = topk_encode_try,

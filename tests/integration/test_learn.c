@@ -72,6 +72,7 @@ static void set_inputs(zc_policy_t *pol)
     in->add_bw = 1e7;
     in->enc_bw[ZC_CODEC_TOPK] = 1e15;
     in->dec_bw[ZC_CODEC_TOPK] = 1e15;
+    in->zero_bw = 1e15; /* top-k's decode zeroes its accumulators: free as well */
 }
 
 static int learn_rank(int rank, int size, void *arg)
