@@ -27,7 +27,7 @@ int zc_comm_progress(zc_comm_t *comm);
 /*
  * One round of a waiting loop (zc_wait, the progress thread, teardown):
  * zc_comm_progress, then, when it moved nothing, the waiting rule: poll
- * (sched_yield) within 50 us of the last round that moved something
+ * (sched_yield) within 0.5 ms of the last round that moved something
  * (*busy_ns_p, which it updates; start it at the loop's start), then sleep on
  * the UCX workers the ops wait for until an event or the next deadline (at
  * most 0.1 s); ops that wait for shared memory poll, then sleep in 0.1 ms
