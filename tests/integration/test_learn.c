@@ -1,14 +1,19 @@
 /*
  * Issue 21: a tensor's own calls' codec speeds steer ZIPCCL_ALGO=auto, and every rank
  * switches at the same call. 4 ranks run top-k (ZIPCCL_CODEC=topk, ZIPCCL_ALGO=auto) on one
- * tensor key; the cost model's inputs are set alike on every rank so that at init's codec
- * speeds (set free: 1e15 bytes/s) the scatter models just cheaper than the all-gather (its
- * extra round is 90% of what it saves on the link). The tensor's calls then measure what
- * top-k really costs (an encode far slower than its sparse decode_add), the ranks agree on
- * it in the call header, and the all-gather, which encodes once and decodes sparse payloads,
- * models cheaper. Checks, after every call, on every rank: the result's bytes and the path
- * the next call takes (zc_policy_choose_tensor on the tensor's state, as op_prepare decides)
- * are the same on every rank; and that the tensor went scatter first and all-gather later.
+ * tensor key; the cost model's inputs are set alike on every rank: on the link and the
+ * rounds the all-gather models 50 ms cheaper than the scatter, but init's codec speeds say
+ * that top-k encodes for free and decodes at 30 MB/s, so the all-gather's extra decodes
+ * (244 ms more than the scatter's at that speed) make the scatter the first choice. The
+ * tensor's calls then measure what top-k really costs (an encode far slower than its sparse
+ * decode_add), the ranks agree on it in the call header, and the all-gather, which encodes
+ * once and decodes sparse payloads, models cheaper: it loses only while the scatter's
+ * measured decode of 4 MiB stays above 92 ms plus 0.37 times its encode: wide enough for a
+ * rank descheduled mid-decode on a loaded machine (the slowest rank's speeds count, and they
+ * never rise again; with a 2 ms margin, a quarter of a core failed 1 run in 3). Checks, after every
+ * call, on every rank: the result's bytes and the path the next call takes (zc_policy_choose_tensor
+ * on the tensor's state, as op_prepare decides) are the same on every rank; and that the tensor
+ * went scatter first and all-gather later.
  *
  * Usage: test_learn. Exits 0 when it passed.
  */
@@ -56,23 +61,30 @@ static int same_everywhere(zc_comm_t *comm, int64_t v, int *same)
     return 0;
 }
 
-/* The inputs, alike on every rank: a 100 MB/s link, free codecs, scatter just ahead, and raw
-   sums too slow to win. */
+/* The inputs, alike on every rank: a 100 MB/s link, the all-gather 50 ms ahead on the wire and
+   rounds, top-k's encode free and its decode slow at init, and raw sums too slow to win. */
 static void set_inputs(zc_policy_t *pol)
 {
     zc_policy_inputs_t *in = &pol->in;
     const double B = 4.0 * (double)COUNT, W = 1e8, r = in->ratio[ZC_CODEC_TOPK];
     in->link_bw = W;
     in->link_lat = 1e-6;
-    /* all-gather - scatter = 1.5 r B / W - M + 2 B / D - B / (4 E) on 4 ranks (policy.h) */
-    in->round_lat = 0.9 * 1.5 * r * B / W;
-    /* a slow raw sum (10 MB/s: the raw ring models 0.35 s) keeps top-k compressed when a
-       starved machine measures its encode at a fraction of a free core's (at 1e10, in a
-       cgroup of a quarter of a core, the 4th call took the raw ring, as the model should) */
-    in->add_bw = 1e7;
+    /*
+     * All-gather - scatter on 4 ranks (docs/collectives.md, "Cost model"): 1.5 r B / W - M on
+     * the wire and rounds, here -50 ms; + 2 B / D - B / (4 Z) for the decodes, 244 ms at
+     * D = Z = 30 MB/s; - B / (4 E) for the encodes, none at init. Learned from the scatter's
+     * calls (measured decode T_d, encode T_e), the decodes differ by 0.54 T_d and the encodes
+     * by 0.2 T_e: the all-gather wins once 0.54 T_d - 0.2 T_e < 50 ms.
+     */
+    in->round_lat = 1.5 * r * B / W + 50e-3;
+    /* a slow raw sum (1 MB/s: the raw ring models 3.1 s, above the compressed paths at init's
+       30 MB/s decode) keeps top-k compressed when a starved machine measures its encode at a
+       fraction of a free core's (at 1e10, in a cgroup of a quarter of a core, the 4th call
+       once took the raw ring, as the model should) */
+    in->add_bw = 1e6;
     in->enc_bw[ZC_CODEC_TOPK] = 1e15;
-    in->dec_bw[ZC_CODEC_TOPK] = 1e15;
-    in->zero_bw = 1e15; /* top-k's decode zeroes its accumulators: free as well */
+    in->dec_bw[ZC_CODEC_TOPK] = 3e7;
+    in->zero_bw = 3e7; /* top-k's decode zeroes its accumulators, at the same speed */
 }
 
 static int learn_rank(int rank, int size, void *arg)
