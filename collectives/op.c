@@ -112,8 +112,8 @@ static void describe(const zc_coll_op_t *op, char *buf, size_t len)
  * How long a waiter keeps polling (progress, sched_yield) after the last round
  * that moved something before it sleeps: the gaps inside a call (a reply on
  * its way, a peer's next chunk) are shorter and waking costs more than them.
- * 0.5 ms: with 50 us, QSGD's all-gather of 64 MiB at 1 Gbit/s ran 8-12% slower
- * than polling on a quiet machine, with 0.5 ms 3-5% (docs/results.md).
+ * 0.5 ms: with 50 us, QSGD's all-gather of 64 MiB at 1 Gbit/s ran 6-13% slower
+ * than polling on a quiet machine, with 0.5 ms 2-6% (docs/results.md).
  */
 #define SPIN_NS 500000ull
 /*
