@@ -43,6 +43,12 @@
 _Static_assert(sizeof(zc_path_t) <= HIER_PATH_BYTES, "a path fits the broadcast's trailer");
 /* Shard boundaries fall on multiples of this many values (QSGD buckets, 256-byte alignment). */
 #define HIER_GRANULE 4096
+/*
+ * The local rank that runs the leader variant's all-reduce between hosts: the same local index
+ * on every host, since the leaders' communicator is that local rank's cross. host_order puts
+ * each host's leader, the rank nearest its NIC, first.
+ */
+#define HIER_LEADER 0
 /* How often a wait asks the kernel whether the peers it waits for still live. */
 #define LIVENESS_PERIOD_NS 20000000ull
 
@@ -51,12 +57,8 @@ struct zc_hier {
     int *local_ranks; /* [local_size]: the global ranks of this host, in order */
     int *cross_ranks; /* [nodes]: the global rank of each host's rank with this local rank */
     zc_shm_t *shm;
-    zc_comm_t *cross; /* between hosts: this local rank's counterparts, flat */
-    uint64_t round;   /* shared-memory rounds completed on this communicator */
-    /* the local rank that runs the leader variant's all-reduce between hosts: the same local
-     * index on every host, since the leaders' communicator is that local rank's cross; 0, the
-     * rank nearest the host's NIC (host_order) */
-    int leader;
+    zc_comm_t *cross;        /* between hosts: this local rank's counterparts, flat */
+    uint64_t round;          /* shared-memory rounds completed on this communicator */
     zc_hier_variant_t fixed; /* ZIPCCL_TOPOLOGY=shards or leader: every call's variant */
     zc_policy_hier_t *model; /* auto or hierarchical: the variant model; else NULL */
     /* cross->policy.in for shards calls (as created) and for leader calls (the link alone) */
@@ -414,7 +416,7 @@ static zc_status_t model_setup(zc_comm_t *comm, zc_hier_t *h, const int *node_of
     if (mine.status == ZC_OK && h->nodes > 1)
         mine.status = zc_policy_measure_link(h->cross->ucx, &mine.shared);
     ZC_CHECK_GOTO(zc_bootstrap_barrier(comm->bs), status, out);
-    mine.leader = h->nodes > 1 && h->local_rank == h->leader;
+    mine.leader = h->nodes > 1 && h->local_rank == HIER_LEADER;
     if (mine.status == ZC_OK && mine.leader)
         mine.status = zc_policy_measure_link(h->cross->ucx, &mine.alone);
     ZC_CHECK_GOTO(zc_bootstrap_allgather(comm->bs, &mine, sizeof(mine), all), status, out);
@@ -569,7 +571,6 @@ zc_status_t zc_hier_create(zc_comm_t *comm, zc_hier_t **hier_p)
         host_order(node_of_rank, facts, size, n, order, scratch);
         h->cross_ranks[n] = order[local_rank];
     }
-    h->leader = 0; /* host_order puts each host's leader first */
     status = shm_setup(comm, h);
     if (status == ZC_ERR_IO && topology == ZC_CFG_TOPOLOGY_AUTO) {
         ZC_WARN("zc_comm_init: ZIPCCL_TOPOLOGY=auto: staying flat without shared memory");
@@ -697,7 +698,7 @@ static zc_status_t hier_start(zc_coll_op_t *op)
     ho->rs_rounds = (longest + ho->piece - 1) / ho->piece;
     ho->tl_rounds = ho->leader ? (longest + ho->lpiece - 1) / ho->lpiece : 0;
     ho->ag_rounds = ((ho->leader ? op->count : longest) + ho->gpiece - 1) / ho->gpiece;
-    const int me = h->local_rank, whole = ho->leader && me == h->leader;
+    const int me = h->local_rank, whole = ho->leader && me == HIER_LEADER;
     if (ho->widen && op->dtype == ZC_DTYPE_F32) {
         ho->sum = op->recvbuf;
     } else if (ho->widen) {
@@ -911,7 +912,7 @@ static void to_leader_write(zc_coll_op_t *op, hier_op_t *ho, unsigned char *buf)
 {
     const int me = ho->h->local_rank;
     size_t n = piece_len(ho, me, ho->k, ho->lpiece);
-    if (me != ho->h->leader && n)
+    if (me != HIER_LEADER && n)
         memcpy(buf, own_shard(op, ho) + (size_t)ho->k * ho->lpiece * ho->fsize, n * ho->fsize);
 }
 
@@ -919,11 +920,11 @@ static void to_leader_write(zc_coll_op_t *op, hier_op_t *ho, unsigned char *buf)
 static void to_leader_read(zc_coll_op_t *op, hier_op_t *ho, int which)
 {
     (void)op;
-    if (ho->h->local_rank != ho->h->leader)
+    if (ho->h->local_rank != HIER_LEADER)
         return;
     for (int s = 0; s < ho->h->local_size; s++) {
         size_t n = piece_len(ho, s, ho->k, ho->lpiece);
-        if (s != ho->h->leader && n)
+        if (s != HIER_LEADER && n)
             memcpy((unsigned char *)ho->sum + (ho->off[s] + (size_t)ho->k * ho->lpiece) * ho->fsize,
                    zc_shm_buf(ho->h->shm, s, which), n * ho->fsize);
     }
@@ -939,7 +940,7 @@ static size_t bcast_len(const zc_coll_op_t *op, const hier_op_t *ho)
 /* Broadcast, round ho->k: the leader's piece k of the result, and its path between hosts. */
 static void bcast_write(zc_coll_op_t *op, hier_op_t *ho, unsigned char *buf)
 {
-    if (ho->h->local_rank != ho->h->leader)
+    if (ho->h->local_rank != HIER_LEADER)
         return;
     memcpy(buf, (unsigned char *)op->recvbuf + (size_t)ho->k * ho->gpiece * ho->esize,
            bcast_len(op, ho) * ho->esize);
@@ -949,9 +950,9 @@ static void bcast_write(zc_coll_op_t *op, hier_op_t *ho, unsigned char *buf)
 /* Broadcast, round ho->k: the others copy it, and take the path into their statistics. */
 static void bcast_read(zc_coll_op_t *op, hier_op_t *ho, int which)
 {
-    if (ho->h->local_rank == ho->h->leader)
+    if (ho->h->local_rank == HIER_LEADER)
         return;
-    const unsigned char *buf = zc_shm_buf(ho->h->shm, ho->h->leader, which);
+    const unsigned char *buf = zc_shm_buf(ho->h->shm, HIER_LEADER, which);
     memcpy((unsigned char *)op->recvbuf + (size_t)ho->k * ho->gpiece * ho->esize, buf,
            bcast_len(op, ho) * ho->esize);
     memcpy(&op->path, buf + HIER_BUF_BYTES - HIER_PATH_BYTES, sizeof(op->path));
@@ -1033,7 +1034,7 @@ static zc_status_t hier_progress(zc_coll_op_t *op)
 {
     hier_op_t *ho = op->priv;
     zc_hier_t *h = ho->h;
-    const int me = h->local_rank, on_leader = me == h->leader;
+    const int me = h->local_rank, on_leader = me == HIER_LEADER;
     zc_status_t status = ZC_OK;
     const uint64_t base = h->round + ho->rs_rounds, bbase = base + ho->tl_rounds;
 
