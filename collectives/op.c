@@ -19,6 +19,7 @@
 
 #include <inttypes.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -540,25 +541,52 @@ void zc_coll_defer_free(zc_coll_op_t *op, void *ptr)
 
 #ifdef ZC_FAULT_INJECTION
 /*
+ * How long a rank that stops itself (ZC_TEST_FAULT's "stop") first progresses
+ * its worker: the sends it posted before leave, as they would from a rank that
+ * stalls between two sends.
+ */
+#define FAULT_STOP_FLUSH_NS 100000000ull
+
+/*
  * ZC_TEST_FAULT=RANK:CALL:KIND (the tests' build only): the first data
  * send of rank RANK in its call number CALL (op->seq, from 0) carries a bad
  * payload: "short" sends half of it, "long" 2 MiB more than it (more than any
  * receive buffer), "corrupt" inverts its first 16 bytes (a codec's header),
  * "flip" one bit three quarters in (a body, as a bad link would).
+ * ZC_TEST_FAULT=RANK:CALL:stop:PEER: rank RANK stops itself (SIGSTOP, the
+ * whole process) before its first data send to rank PEER in call CALL, after
+ * its sends to other peers went out; once resumed (SIGCONT) it sends as usual.
  */
 static zc_status_t fault_isend(zc_coll_op_t *op, int peer, uint64_t tag, const void *buf,
                                size_t len, zc_ucx_req_t *req, int *done_p)
 {
     static int fired;
     const char *spec = getenv("ZC_TEST_FAULT");
-    int rank;
+    int rank, stop_peer = -1, fields;
     unsigned long long call;
     char kind[16];
 
     *done_p = 0;
-    if (fired || !spec || len < 16 || sscanf(spec, "%d:%llu:%15s", &rank, &call, kind) != 3 ||
+    if (fired || !spec || len < 16 ||
+        (fields = sscanf(spec, "%d:%llu:%15[a-z]:%d", &rank, &call, kind, &stop_peer)) < 3 ||
         rank != op->comm->rank || call != op->seq)
         return ZC_OK;
+    if (strcmp(kind, "stop") == 0) {
+        if (fields != 4) {
+            ZC_ERROR("ZC_TEST_FAULT: '%s': stop needs the peer (RANK:CALL:stop:PEER)", spec);
+            return ZC_ERR_INVALID_CONFIG;
+        }
+        if (peer != stop_peer)
+            return ZC_OK;
+        fired = 1;
+        uint64_t until = zc_time_ns() + FAULT_STOP_FLUSH_NS;
+        while (zc_time_ns() < until)
+            zc_ucx_progress(op->comm->ucx);
+        ZC_WARN("ZC_TEST_FAULT: rank %d stops (SIGSTOP) before its send to rank %d in call %llu",
+                rank, peer, call);
+        raise(SIGSTOP);
+        return ZC_OK;
+    }
     fired = 1;
     size_t bad_len = len;
     uint8_t *bad = NULL;
@@ -567,7 +595,7 @@ static zc_status_t fault_isend(zc_coll_op_t *op, int peer, uint64_t tag, const v
     } else if (strcmp(kind, "long") == 0) {
         bad_len = len + (2u << 20);
     } else if (strcmp(kind, "corrupt") != 0 && strcmp(kind, "flip") != 0) {
-        ZC_ERROR("ZC_TEST_FAULT: unknown kind '%s' (short, long, corrupt, flip)", kind);
+        ZC_ERROR("ZC_TEST_FAULT: unknown kind '%s' (short, long, corrupt, flip, stop)", kind);
         return ZC_ERR_INVALID_CONFIG;
     }
     bad = calloc(1, bad_len > len ? bad_len : len);

@@ -6,6 +6,13 @@
  *                       every other rank fails within ZIPCCL_TIMEOUT_S + 2 s of the stop,
  *                       naming rank 2. -slow: ZIPCCL_TIMEOUT_S=25, above UCX's 20 s keepalive
  *                       (whose traffic once pushed the deadline back forever).
+ *   stall-behind-allgather  rank 2 stops itself (ZC_TEST_FAULT's stop) in call 5 after its
+ *                       payload went to rank 3, before it goes to ranks 0 and 1; rank 3 (done
+ *                       with call 5, ZIPCCL_TIMEOUT_S=2 where the others have 5) times out
+ *                       first, in call 6's header exchange, blaming rank 0. Every survivor
+ *                       fails within 2 + 2 s of the start of call 5 (ranks 0 and 1 in call 5,
+ *                       rank 3 in call 6), and the error every later call repeats names
+ *                       rank 2 as the rank waited for.
  *   bad-KIND-ALGO       rank 1 sends one short, over-long or corrupt payload in call 2; every
  *                       rank fails call 2 (or, when it had completed call 2 correctly before
  *                       the abort reached it, call 3) within 2 s, naming rank 1, and every
@@ -246,6 +253,93 @@ static int case_stall(const char *algo, int timeout_s)
     return rc != 0;
 }
 
+/* ---- a stalled rank behind a rank one call ahead ----------------------------------------------
+ */
+
+#define BEHIND_CALL 5     /* the call rank VICTIM stops in */
+#define AHEAD 3           /* got VICTIM's payload of that call before the stop */
+#define AHEAD_TIMEOUT_S 2 /* AHEAD's ZIPCCL_TIMEOUT_S: it times out first */
+#define BEHIND_TIMEOUT_S 5
+
+static int behind_rank(int rank, int size, void *arg)
+{
+    const algo_env_t *ae = arg;
+    /* one chunk, a payload of some 600 bytes: eager, so the sends posted before the stop leave */
+    const size_t count = 1024;
+    char timeout[16];
+    snprintf(timeout, sizeof(timeout), "%d", rank == AHEAD ? AHEAD_TIMEOUT_S : BEHIND_TIMEOUT_S);
+    setenv("ZIPCCL_TIMEOUT_S", timeout, 1);
+    float *send, *recv;
+    if (start_with_buffers(rank, count, &send, &recv))
+        return 1;
+
+    zc_status_t status = ZC_OK;
+    int k;
+    uint64_t call_ns = 0;
+    for (k = 0; status == ZC_OK && k <= BEHIND_CALL + 1; k++) {
+        zc_harness_step("allreduce %d", k);
+        if (k == BEHIND_CALL)
+            call_ns = zc_time_ns();
+        status = zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM);
+        if (status == ZC_OK && check_sum(recv, count, size, ae->tolerance))
+            return 1;
+    }
+    uint64_t failed_ns = zc_time_ns();
+    if (rank == VICTIM) {
+        /* resumed by a survivor: its call was aborted */
+        CHECK(status != ZC_OK, "the stalled rank's calls still succeed after it resumed");
+        zc_comm_destroy(comm);
+        return FAILED_AS_EXPECTED;
+    }
+    /* rank VICTIM stopped in call BEHIND_CALL, after every rank had started it (headers) */
+    int want = rank == AHEAD ? BEHIND_CALL + 1 : BEHIND_CALL;
+    CHECK(status == ZC_ERR_TIMEOUT, "call %d after the stall: %s", k - 1, zc_status_string(status));
+    CHECK(k - 1 == want, "call %d failed, not call %d", k - 1, want);
+    double after = (double)(failed_ns - call_ns) / 1e9;
+    fprintf(stderr, "rank %d: failed call %d %.2f s after call %d started\n", rank, k - 1, after,
+            BEHIND_CALL);
+    /* rank AHEAD's timeout, not their own (BEHIND_TIMEOUT_S), ends the others' call */
+    CHECK(after < AHEAD_TIMEOUT_S + 2.0,
+          "failed %.1f s after call %d started, rank %d's ZIPCCL_TIMEOUT_S is %d", after,
+          BEHIND_CALL, AHEAD, AHEAD_TIMEOUT_S);
+    /* the communicator's error, once the aborts settled: a later call fails at once with it */
+    logged[0] = '\0';
+    uint64_t t = zc_time_ns();
+    CHECK(zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM) != ZC_OK,
+          "a call after the failure succeeded");
+    CHECK(since_s(t) < 0.5, "a call after the failure took %.2f s", since_s(t));
+    char name[48];
+    snprintf(name, sizeof(name), "for rank %d in allreduce #%d", VICTIM, BEHIND_CALL);
+    CHECK(logged_has("failed earlier") && logged_has("timed out") && logged_has(name),
+          "the error does not name rank %d as the rank waited for in call %d: %s", VICTIM,
+          BEHIND_CALL, logged);
+    kill(shared->pids[VICTIM], SIGCONT);
+    zc_comm_destroy(comm);
+    free(send);
+    free(recv);
+    return FAILED_AS_EXPECTED;
+}
+
+static int case_stall_behind(const char *algo)
+{
+    const algo_env_t *ae = find_algo(algo);
+    if (!ae || strcmp(algo, "allgather") != 0)
+        return -1; /* the others do not send every rank's data to every rank */
+    char fault[64];
+    snprintf(fault, sizeof(fault), "ZC_TEST_FAULT=%d:%d:stop:%d", VICTIM, BEHIND_CALL, 0);
+    char *const env[] = {(char *)ae->codec,    (char *)ae->algo,     fault,
+                         "ZIPCCL_MIN_BYTES=0", "ZIPCCL_QSGD_BITS=4", NULL};
+    zc_harness_opts_t o = {.nranks = NRANKS,
+                           .deadline_s = 60,
+                           .expect_fail_mask = (1ul << NRANKS) - 1,
+                           .expect_fail_status = FAILED_AS_EXPECTED,
+                           .env = env};
+    uint64_t start = zc_time_ns();
+    int rc = run_ranks(&o, behind_rank, (void *)ae);
+    fprintf(stderr, "stall behind, %s: %s in %.1f s\n", algo, rc ? "FAILED" : "ok", since_s(start));
+    return rc != 0;
+}
+
 /* ---- a bad payload ----------------------------------------------------------------------------
  */
 
@@ -441,6 +535,8 @@ static int run_case(const char *name)
 {
     char algo[32], kind[32];
 
+    if (sscanf(name, "stall-behind-%31[a-z]", algo) == 1)
+        return case_stall_behind(algo);
     if (sscanf(name, "stall-%31[a-z]", algo) == 1) {
         int slow = strstr(name, "-slow") != NULL;
         return case_stall(algo, slow ? 25 : 5);
