@@ -104,6 +104,9 @@ struct zc_request {
     int phase; /* op.c's */
     zc_status_t status;
     int culprit; /* the rank a failure is blamed on (zc_coll_blame), or -1 */
+    /* the rank this op last found it waits for (zc_coll_test, the hierarchical waits), or -1:
+     * what it answers a peer that timed out waiting for it (op.c, abort_alive) */
+    int waiting_for;
     uint64_t start_ns;
     uint64_t deadline_ns;   /* pushed back whenever a transfer of the comm completes */
     uint64_t last_poll_ns;  /* the driver's last look, to forgive gaps the caller made */

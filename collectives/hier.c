@@ -763,6 +763,7 @@ static zc_status_t wait_slots(zc_coll_op_t *op, hier_op_t *ho, int consumed, uin
     }
     if (!pending)
         return ZC_OK;
+    op->waiting_for = h->local_ranks[behind];
     uint64_t now = zc_time_ns();
     if (sum != ho->seen) {
         ho->seen = sum;
@@ -985,8 +986,11 @@ static zc_status_t cross_step(zc_coll_op_t *op, hier_op_t *ho)
     atomic_fetch_add_explicit(&zc_shm_slot(h->shm, me)->beat, 1, memory_order_relaxed);
     /* the child has a deadline of its own; this op waits for it */
     op->deadline_ns = zc_time_ns() + (uint64_t)op->comm->cfg.timeout_s * 1000000000ull;
-    if (!zc_op_done(ho->child))
+    if (!zc_op_done(ho->child)) {
+        int w = ho->child->waiting_for;
+        op->waiting_for = w >= 0 && w < h->nodes ? h->cross_ranks[w] : -1;
         return ZC_INPROGRESS;
+    }
     zc_coll_op_t *child = ho->child;
     zc_status_t status = child->status;
     op->stats.bytes_wire += child->stats.bytes_wire;

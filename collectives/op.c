@@ -75,8 +75,10 @@ struct zc_coll_abort {
  * a peer's) before it names the stalled rank. Behind a stalled rank every
  * survivor waits for its neighbour and times out within about one pipeline
  * step of the others; each blames the rank it waits for, and only the one
- * behind the stalled rank is right. The stalled rank is the one blamed that
- * sends no abort (stall_settle).
+ * behind the stalled rank is right. A rank blamed before its own deadline
+ * passed answers with the rank it waits for (abort_alive), so the blames form
+ * a chain. The stalled rank is the one blamed that sends no abort
+ * (stall_settle).
  */
 #define STALL_GRACE_NS 500000000ull
 
@@ -269,6 +271,7 @@ zc_status_t zc_op_create(zc_comm_t *comm, const void *sendbuf, void *recvbuf, si
     op->key = key ? key : default_key(sendbuf, count);
     op->status = ZC_INPROGRESS;
     op->culprit = -1;
+    op->waiting_for = -1;
     op->phase = PHASE_QUEUED;
     op->path = zc_policy_choose(&comm->policy, count, dtype, redop);
     op->algo = algos[op->path.algo];
@@ -463,15 +466,23 @@ zc_status_t zc_coll_blame(zc_coll_op_t *op, int peer, zc_status_t status)
 zc_status_t zc_coll_test(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n, const char *what)
 {
     size_t pending = 0;
+    int recv_from = -1, send_to = -1;
 
     for (size_t i = 0; i < n; i++) {
-        if (reqs[i].status == ZC_INPROGRESS)
+        if (reqs[i].status == ZC_INPROGRESS) {
             pending++;
-        else if (reqs[i].status < 0) /* the transport logged it, naming the peer */
+            if (reqs[i].is_recv && recv_from < 0)
+                recv_from = reqs[i].peer;
+            else if (!reqs[i].is_recv && send_to < 0)
+                send_to = reqs[i].peer;
+        } else if (reqs[i].status < 0) { /* the transport logged it, naming the peer */
             return zc_coll_blame(op, reqs[i].peer, reqs[i].status);
+        }
     }
     if (pending == 0)
         return ZC_OK;
+    /* a send still pending waits for its receiver to take it, a receive for its sender */
+    op->waiting_for = recv_from >= 0 ? recv_from : send_to;
     uint64_t now = zc_time_ns();
     if (now <= op->deadline_ns)
         return ZC_INPROGRESS;
@@ -740,12 +751,17 @@ static void abort_send(zc_coll_op_t *op, zc_status_t status)
 
 /*
  * A peer timed out waiting for this rank, whose own wait had not timed out
- * yet (it waits for the stalled rank, and started later): without an abort of
- * its own it would look like the stalled one to every stall_settle. It says
- * it is alive: an abort that blames nobody.
+ * yet (it waits for the stalled rank, and started later, or a peer one call
+ * ahead timed out in the next call's header exchange): without an abort of its
+ * own it would look like the stalled one to every stall_settle. It says it is
+ * alive, and blames the rank its op @p op waits for (op->waiting_for; nobody
+ * when it knows none): a rank so blamed that is alive answers the same way,
+ * so the chain of aborts ends at the stalled rank, which sends none.
  */
-static void abort_alive(zc_comm_t *comm)
+static void abort_alive(const zc_coll_op_t *op)
 {
+    zc_comm_t *comm = op->comm;
+
     if (!comm->abort_out || comm->abort_sent)
         return;
     for (int r = 0; r < comm->size; r++) {
@@ -754,11 +770,17 @@ static void abort_alive(zc_comm_t *comm)
             in->culprit != comm->rank)
             continue;
         zc_coll_abort_t *a = comm->abort_out;
-        a->culprit = -1;
+        char desc[160];
+        int len = snprintf(a->why, sizeof(a->why),
+                           "rank %d, which rank %d timed out waiting for, is alive", comm->rank, r);
+        a->culprit = op->waiting_for >= 0 && op->waiting_for != comm->rank ? op->waiting_for : -1;
         a->status = ZC_ERR_TIMEOUT;
-        a->seq = in->seq;
-        snprintf(a->why, sizeof(a->why), "rank %d, which rank %d timed out waiting for, is alive",
-                 comm->rank, r);
+        a->seq = op->seq;
+        if (a->culprit >= 0 && len > 0 && (size_t)len < sizeof(a->why)) {
+            describe(op, desc, sizeof(desc));
+            snprintf(a->why + len, sizeof(a->why) - (size_t)len, "; it waits for rank %d in %s",
+                     a->culprit, desc);
+        }
         abort_post(comm);
         return;
     }
@@ -907,13 +929,17 @@ static void stall_settle(zc_comm_t *comm)
                  best->why);
 }
 
-/* Listens until @p until for the other ranks' aborts, then names the stalled rank. */
-static void stall_gather(zc_comm_t *comm, uint64_t until)
+/*
+ * Listens until @p until for the other ranks' aborts (answering one that
+ * blames this rank, @p op in flight), then names the stalled rank.
+ */
+static void stall_gather(const zc_coll_op_t *op, uint64_t until)
 {
+    zc_comm_t *comm = op->comm;
     uint64_t busy_ns = zc_time_ns();
 
     while (zc_time_ns() < until) {
-        abort_alive(comm);
+        abort_alive(op);
         ucx_idle(comm, zc_ucx_progress(comm->ucx), &busy_ns, until);
     }
     stall_settle(comm);
@@ -950,7 +976,7 @@ static zc_status_t failure_settle(zc_coll_op_t *op, zc_status_t status)
     if (status == ZC_ERR_TIMEOUT) {
         char mine[sizeof(comm->broken_why)];
         memcpy(mine, comm->broken_why, sizeof(mine));
-        stall_gather(comm, zc_time_ns() + STALL_GRACE_NS);
+        stall_gather(op, zc_time_ns() + STALL_GRACE_NS);
         if (strcmp(mine, comm->broken_why) != 0)
             log_broken(op); /* a rank further along the waits saw the stalled one */
     }
@@ -1007,7 +1033,7 @@ static zc_status_t op_advance(zc_coll_op_t *op)
     if (comm->broken && op->phase < PHASE_AGREED_FAIL) {
         /* failed earlier here, or a peer's abort arrived: this op cannot complete */
         if (comm->broken == ZC_ERR_TIMEOUT && !comm->stall_settled)
-            stall_gather(comm, comm->broken_ns + STALL_GRACE_NS);
+            stall_gather(op, comm->broken_ns + STALL_GRACE_NS);
         log_broken(op);
         op_finish(op, comm->broken);
         return op->status;
@@ -1032,6 +1058,7 @@ static zc_status_t op_advance(zc_coll_op_t *op)
             goto fail;
         }
         learn_speeds(op);
+        op->waiting_for = -1; /* the headers are in: the algorithm's waits are others */
         op->phase = PHASE_ALGO;
         ZC_CHECK_GOTO(op->algo->start(op), status, fail);
         /* fall through */

@@ -62,6 +62,7 @@ typedef struct shared {
     int root_port_taken;
     pid_t pids[NRANKS];
     uint64_t stop_ns; /* when the victim stopped itself (zc_time_ns: CLOCK_MONOTONIC) */
+    int checked;      /* survivors that checked their error (resume_victim) */
 } shared_t;
 
 static shared_t *shared;
@@ -162,6 +163,21 @@ static const algo_env_t *find_algo(const char *name)
     return NULL;
 }
 
+/*
+ * A survivor has checked its error: the stopped victim resumes (SIGCONT) once
+ * every survivor has (or 10 s passed), since a victim that resumes earlier
+ * answers the aborts that blame it (it is alive) while a survivor may still be
+ * gathering them to name the stalled rank.
+ */
+static void resume_victim(void)
+{
+    uint64_t t = zc_time_ns();
+    __atomic_add_fetch(&shared->checked, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&shared->checked, __ATOMIC_SEQ_CST) < NRANKS - 1 && since_s(t) < 10)
+        usleep(10 * 1000);
+    kill(shared->pids[VICTIM], SIGCONT);
+}
+
 /* ---- a stalled peer ---------------------------------------------------------------------------
  */
 
@@ -224,7 +240,7 @@ static int stall_rank(int rank, int size, void *arg)
     CHECK(zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM) != ZC_OK,
           "a call after the failure succeeded");
     CHECK(since_s(t) < 0.5, "a call after the failure took %.2f s", since_s(t));
-    kill(shared->pids[VICTIM], SIGCONT);
+    resume_victim();
     zc_comm_destroy(comm);
     free(send);
     free(recv);
@@ -313,7 +329,7 @@ static int behind_rank(int rank, int size, void *arg)
     CHECK(logged_has("failed earlier") && logged_has("timed out") && logged_has(name),
           "the error does not name rank %d as the rank waited for in call %d: %s", VICTIM,
           BEHIND_CALL, logged);
-    kill(shared->pids[VICTIM], SIGCONT);
+    resume_victim();
     zc_comm_destroy(comm);
     free(send);
     free(recv);
