@@ -107,6 +107,24 @@ static int run_ranks(const zc_harness_opts_t *o, zc_rank_main_fn fn, void *arg)
     return rc;
 }
 
+/*
+ * Runs @p fn on every rank with @p env, every rank expected to fail as the case wants
+ * (FAILED_AS_EXPECTED); says how it went ("@p what: ok in 9.7 s"). 0 when it passed.
+ */
+static int run_failing(char *const *env, double deadline_s, zc_rank_main_fn fn, void *arg,
+                       const char *what)
+{
+    zc_harness_opts_t o = {.nranks = NRANKS,
+                           .deadline_s = deadline_s,
+                           .expect_fail_mask = (1ul << NRANKS) - 1,
+                           .expect_fail_status = FAILED_AS_EXPECTED,
+                           .env = env};
+    uint64_t start = zc_time_ns();
+    int rc = run_ranks(&o, fn, arg);
+    fprintf(stderr, "%s: %s in %.1f s\n", what, rc ? "FAILED" : "ok", since_s(start));
+    return rc != 0;
+}
+
 /* Input of rank @p rank: small integers, so that every sum is exact in f32. */
 static void fill(float *buf, size_t count, int rank)
 {
@@ -122,6 +140,15 @@ static int start_with_buffers(int rank, size_t count, float **send_p, float **re
     CHECK(*send_p && *recv_p, "out of memory");
     fill(*send_p, count, rank);
     return start_rank(rank);
+}
+
+/* The end of a rank whose communicator failed as the case expects. */
+static int failed_as_expected(float *send, float *recv)
+{
+    zc_comm_destroy(comm);
+    free(send);
+    free(recv);
+    return FAILED_AS_EXPECTED;
 }
 
 /* The sum of every rank's fill() within @p tolerance (absolute; 0 on the raw path: exact). */
@@ -161,6 +188,16 @@ static const algo_env_t *find_algo(const char *name)
         if (strcmp(algos[i].name, name) == 0)
             return &algos[i];
     return NULL;
+}
+
+/* A call on the broken communicator fails, at once; 0 or 1 (logged). */
+static int later_call_fails(const float *send, float *recv, size_t count)
+{
+    uint64_t t = zc_time_ns();
+    CHECK(zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM) != ZC_OK,
+          "a call after the failure succeeded");
+    CHECK(since_s(t) < 0.5, "a call after the failure took %.2f s", since_s(t));
+    return 0;
 }
 
 /*
@@ -236,15 +273,10 @@ static int stall_rank(int rank, int size, void *arg)
     CHECK(logged_has("timed out") && logged_has(name),
           "the error does not say that rank %d timed out: %s", VICTIM, logged);
     /* later calls fail at once */
-    uint64_t t = zc_time_ns();
-    CHECK(zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM) != ZC_OK,
-          "a call after the failure succeeded");
-    CHECK(since_s(t) < 0.5, "a call after the failure took %.2f s", since_s(t));
+    if (later_call_fails(send, recv, count))
+        return 1;
     resume_victim();
-    zc_comm_destroy(comm);
-    free(send);
-    free(recv);
-    return FAILED_AS_EXPECTED;
+    return failed_as_expected(send, recv);
 }
 
 static int case_stall(const char *algo, int timeout_s)
@@ -257,16 +289,9 @@ static int case_stall(const char *algo, int timeout_s)
     char *const env[] = {
         (char *)sc.algo->codec,      (char *)sc.algo->algo, timeout, "ZIPCCL_MIN_BYTES=0",
         "ZIPCCL_CHUNK_BYTES=256KiB", "ZIPCCL_QSGD_BITS=4",  NULL};
-    zc_harness_opts_t o = {.nranks = NRANKS,
-                           .deadline_s = 3.0 * timeout_s + 60,
-                           .expect_fail_mask = (1ul << NRANKS) - 1,
-                           .expect_fail_status = FAILED_AS_EXPECTED,
-                           .env = env};
-    uint64_t start = zc_time_ns();
-    int rc = run_ranks(&o, stall_rank, &sc);
-    fprintf(stderr, "stall %s, ZIPCCL_TIMEOUT_S=%d: %s in %.1f s\n", algo, timeout_s,
-            rc ? "FAILED" : "ok", since_s(start));
-    return rc != 0;
+    char what[96];
+    snprintf(what, sizeof(what), "stall %s, ZIPCCL_TIMEOUT_S=%d", algo, timeout_s);
+    return run_failing(env, 3.0 * timeout_s + 60, stall_rank, &sc, what);
 }
 
 /* ---- a stalled rank behind a rank one call ahead ----------------------------------------------
@@ -320,20 +345,15 @@ static int behind_rank(int rank, int size, void *arg)
           BEHIND_CALL, AHEAD, AHEAD_TIMEOUT_S);
     /* the communicator's error, once the aborts settled: a later call fails at once with it */
     logged[0] = '\0';
-    uint64_t t = zc_time_ns();
-    CHECK(zc_allreduce(comm, send, recv, count, ZC_DTYPE_F32, ZC_OP_SUM) != ZC_OK,
-          "a call after the failure succeeded");
-    CHECK(since_s(t) < 0.5, "a call after the failure took %.2f s", since_s(t));
+    if (later_call_fails(send, recv, count))
+        return 1;
     char name[48];
     snprintf(name, sizeof(name), "for rank %d in allreduce #%d", VICTIM, BEHIND_CALL);
     CHECK(logged_has("failed earlier") && logged_has("timed out") && logged_has(name),
           "the error does not name rank %d as the rank waited for in call %d: %s", VICTIM,
           BEHIND_CALL, logged);
     resume_victim();
-    zc_comm_destroy(comm);
-    free(send);
-    free(recv);
-    return FAILED_AS_EXPECTED;
+    return failed_as_expected(send, recv);
 }
 
 static int case_stall_behind(const char *algo)
@@ -345,15 +365,7 @@ static int case_stall_behind(const char *algo)
     snprintf(fault, sizeof(fault), "ZC_TEST_FAULT=%d:%d:stop:%d", VICTIM, BEHIND_CALL, 0);
     char *const env[] = {(char *)ae->codec,    (char *)ae->algo,     fault,
                          "ZIPCCL_MIN_BYTES=0", "ZIPCCL_QSGD_BITS=4", NULL};
-    zc_harness_opts_t o = {.nranks = NRANKS,
-                           .deadline_s = 60,
-                           .expect_fail_mask = (1ul << NRANKS) - 1,
-                           .expect_fail_status = FAILED_AS_EXPECTED,
-                           .env = env};
-    uint64_t start = zc_time_ns();
-    int rc = run_ranks(&o, behind_rank, (void *)ae);
-    fprintf(stderr, "stall behind, %s: %s in %.1f s\n", algo, rc ? "FAILED" : "ok", since_s(start));
-    return rc != 0;
+    return run_failing(env, 60, behind_rank, (void *)ae, "stall behind, allgather");
 }
 
 /* ---- a bad payload ----------------------------------------------------------------------------
@@ -403,10 +415,7 @@ static int bad_rank(int rank, int size, void *arg)
     CHECK(logged_has(name), "the error does not name rank %d: %s", FAULTY, logged);
     fprintf(stderr, "rank %d: call %d failed in %.3f s (%s)\n", rank, first_failed,
             secs[first_failed], zc_status_string(status[first_failed]));
-    zc_comm_destroy(comm);
-    free(send);
-    free(recv);
-    return FAILED_AS_EXPECTED;
+    return failed_as_expected(send, recv);
 }
 
 static int case_bad(const char *kind, const char *algo)
@@ -427,16 +436,9 @@ static int case_bad(const char *kind, const char *algo)
                          "ZIPCCL_QSGD_SCALE=max",
                          strcmp(kind, "flip") == 0 ? "ZIPCCL_CHECKSUM=1" : NULL,
                          NULL};
-    zc_harness_opts_t o = {.nranks = NRANKS,
-                           .deadline_s = 60,
-                           .expect_fail_mask = (1ul << NRANKS) - 1,
-                           .expect_fail_status = FAILED_AS_EXPECTED,
-                           .env = env};
-    uint64_t start = zc_time_ns();
-    int rc = run_ranks(&o, bad_rank, (void *)ae);
-    fprintf(stderr, "%s payload, %s: %s in %.1f s\n", kind, algo, rc ? "FAILED" : "ok",
-            since_s(start));
-    return rc != 0;
+    char what[96];
+    snprintf(what, sizeof(what), "%s payload, %s", kind, algo);
+    return run_failing(env, 60, bad_rank, (void *)ae, what);
 }
 
 /* ---- a configuration that differs ---------------------------------------------------------------
@@ -521,10 +523,7 @@ static int kill_rank(int rank, int size, void *arg)
         snprintf(alive, sizeof(alive), "peer %d failed", r);
         CHECK(!logged_has(alive), "the error blames rank %d, alive: %s", r, logged);
     }
-    zc_comm_destroy(comm);
-    free(send);
-    free(recv);
-    return FAILED_AS_EXPECTED;
+    return failed_as_expected(send, recv);
 }
 
 static int case_kill(const char *algo)
