@@ -112,19 +112,6 @@ static void describe(const zc_coll_op_t *op, char *buf, size_t len)
 /* ---- waiting: poll, then sleep (docs/collectives.md, "Progress, deadlines and failures") ---- */
 
 /*
- * How long a waiter keeps polling (progress, sched_yield) after the last round
- * that moved something before it sleeps: the gaps inside a call (a reply on
- * its way, a peer's next chunk) are shorter and waking costs more than them.
- * 0.5 ms: with 50 us, QSGD's all-gather of 64 MiB at 1 Gbit/s ran 6-13% slower
- * than polling on a quiet machine, with 0.5 ms 2-6% (docs/results.md).
- */
-#define SPIN_NS 500000ull
-/*
- * The longest sleep: well under the 1 s gap op_advance forgives a caller that
- * stayed away from zc_test, and often enough for UCX's timers (keepalive).
- */
-#define SLEEP_MAX_NS 100000000ull
-/*
  * Waits no transport event announces (shared-memory rounds of the hierarchical
  * algorithm) poll; idle for longer than SHM_POLL_NS they sleep in steps of
  * SHM_STEP_NS, which their 20 ms liveness checks and deadline do not notice.
@@ -160,13 +147,13 @@ static void wake_add(wake_t *w, zc_ucx_worker_t *worker)
 
 /*
  * Idle since @p busy_ns (the last round that moved something): polls for
- * SPIN_NS, then sleeps on @p w's workers until an event or its timer.
+ * ZC_UCX_SPIN_NS, then sleeps on @p w's workers until an event or its timer.
  */
 static void idle_wait(const wake_t *w, uint64_t now, uint64_t busy_ns)
 {
     uint64_t idle = now - busy_ns;
 
-    if (idle < SPIN_NS || w->n == 0 || (w->shm && idle < SHM_POLL_NS)) {
+    if (idle < ZC_UCX_SPIN_NS || w->n == 0 || (w->shm && idle < SHM_POLL_NS)) {
         sched_yield();
         return;
     }
@@ -175,7 +162,7 @@ static void idle_wait(const wake_t *w, uint64_t now, uint64_t busy_ns)
         nanosleep(&ts, NULL);
         return;
     }
-    uint64_t until = ZC_MIN(w->until_ns, now + SLEEP_MAX_NS);
+    uint64_t until = ZC_MIN(w->until_ns, now + ZC_UCX_SLEEP_MAX_NS);
     if (until <= now || zc_ucx_worker_sleep(w->workers, w->n, until - now) == ZC_ERR_UNSUPPORTED)
         sched_yield();
 }

@@ -13,6 +13,12 @@
  *   wait-qsgd     2 ranks, QSGD on the all-gather
  *   hier-wait     4 ranks as 2 hosts of 2, hierarchical: rank 2 is late; rank 3 waits for it
  *                 in shared memory (steps), ranks 0 and 1 between hosts (UCX)
+ *   init-round    4 ranks on one core measure the policy's inputs at init (ZIPCCL_ALGO=auto):
+ *                 the round with every peer they measured (rank 0's info line) must take no
+ *                 longer than the median of a whole small call, which holds two such rounds
+ *                 (its header's and the all-gather's or the scatter's). Waiters that polled
+ *                 1024 times before yielding the core measured rounds of 10-16 ms there,
+ *                 against calls of about 1 ms, and the model priced every round so.
  *
  * Usage: test_idle CASE; exit 0 when the case passed.
  */
@@ -24,6 +30,7 @@
 #include <zipccl/zipccl.h>
 
 #include <math.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,12 +132,94 @@ static int rank_main(int rank, int size, void *arg)
     return 0;
 }
 
+/* ---- init-round ---------------------------------------------------------------------------- */
+
+#define ROUND_COUNT (1u << 14) /* 64 KiB of f32: a call of a few rounds and little codec work */
+#define ROUND_CALLS 21
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Every rank on @p cpu: more ranks than cores, as on a loaded machine, without depending on one. */
+static int pin_to(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return sched_setaffinity(0, sizeof(set), &set);
+}
+
+static int round_rank(int rank, int size, void *arg)
+{
+    const int cpu = *(const int *)arg;
+    zc_comm_t *comm;
+    float *in = malloc(ROUND_COUNT * sizeof(float)), *out = malloc(ROUND_COUNT * sizeof(float));
+    double t[ROUND_CALLS];
+
+    (void)size;
+    my_rank = rank;
+    zc_log_set_sink(capture_sink, NULL);
+    CHECK(in && out, "no memory");
+    CHECK(pin_to(cpu) == 0, "sched_setaffinity to CPU %d failed", cpu);
+    for (size_t i = 0; i < ROUND_COUNT; i++)
+        in[i] = (float)(i % 5);
+    zc_harness_step("zc_comm_init");
+    zc_status_t status = zc_comm_init(&comm);
+    CHECK(status == ZC_OK, "zc_comm_init: %s", zc_status_string(status));
+    for (int i = 0; i < ROUND_CALLS; i++) {
+        zc_harness_step("call %d", i);
+        uint64_t t0 = zc_time_ns();
+        status = zc_allreduce(comm, in, out, ROUND_COUNT, ZC_DTYPE_F32, ZC_OP_SUM);
+        t[i] = (double)(zc_time_ns() - t0) / 1e9;
+        CHECK(status == ZC_OK, "call %d: %s", i, zc_status_string(status));
+    }
+    zc_comm_destroy(comm);
+    free(in);
+    free(out);
+    if (rank != 0)
+        return 0;
+    qsort(t, ROUND_CALLS, sizeof(t[0]), cmp_double);
+    const char *line = strstr(logged, "policy: 4 ranks, link");
+    const char *at = line ? strstr(line, ", round ") : NULL;
+    double round_us = -1;
+    CHECK(at && sscanf(at, ", round %lf us", &round_us) == 1,
+          "no measured round in rank 0's log: %s", logged);
+    fprintf(stderr, "init-round: the round measured at init %.1f us, a call's median %.1f us\n",
+            round_us, t[ROUND_CALLS / 2] * 1e6);
+    CHECK(round_us * 1e-6 <= t[ROUND_CALLS / 2],
+          "init measured a round of %.1f us, longer than a whole call of two rounds (median "
+          "%.1f us)",
+          round_us, t[ROUND_CALLS / 2] * 1e6);
+    return 0;
+}
+
+static int case_init_round(void)
+{
+    cpu_set_t set;
+    int cpu = 0;
+
+    if (sched_getaffinity(0, sizeof(set), &set) != 0)
+        return 1;
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &set))
+        cpu++;
+    setenv("ZIPCCL_CODEC", "qsgd", 1);
+    setenv("ZIPCCL_ALGO", "auto", 1);
+    setenv("ZIPCCL_LOG_LEVEL", "info", 1);
+    zc_harness_opts_t o = {.nranks = 4, .deadline_s = 90};
+    return zc_harness_run(&o, round_rank, &cpu) != 0;
+}
+
 static int run_case(const char *name)
 {
     int nranks = 2, nonblocking = 0;
 
     setenv("ZIPCCL_MIN_BYTES", "0", 1);
     late_rank = 1;
+    if (strcmp(name, "init-round") == 0)
+        return case_init_round();
     if (strcmp(name, "wait") == 0) {
         setenv("ZIPCCL_CODEC", "none", 1);
     } else if (strcmp(name, "wait-thread") == 0) {

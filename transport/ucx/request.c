@@ -7,9 +7,6 @@
 #include <sched.h>
 #include <stdio.h>
 
-/* Idle progress calls before a waiting rank yields its core to the others on it. */
-#define ZC_UCX_IDLE_SPINS 1024
-
 /* "recv of 4096 bytes tag 0x5 from peer 3" */
 static void describe(const zc_ucx_req_t *req, char *buf, size_t len)
 {
@@ -250,8 +247,8 @@ zc_status_t zc_ucx_waitall(zc_ucx_comm_t *comm, zc_ucx_req_t *reqs, size_t n, co
 
     uint64_t deadline = 0; /* read the clock only once there is something to wait for */
     zc_status_t status = ZC_OK;
-    size_t first = 0; /* reqs[0..first) completed successfully */
-    unsigned idle = 0;
+    size_t first = 0;     /* reqs[0..first) completed successfully */
+    uint64_t busy_ns = 0; /* the last round of progress that moved something */
 
     comm->what = what;
     for (;;) {
@@ -273,17 +270,19 @@ zc_status_t zc_ucx_waitall(zc_ucx_comm_t *comm, zc_ucx_req_t *reqs, size_t n, co
         uint64_t now = zc_time_ns();
         if (deadline == 0) {
             deadline = now + (uint64_t)comm->timeout_s * 1000000000ull;
+            busy_ns = now;
         } else if (now > deadline) {
             log_timeout(comm, &reqs[oldest], incomplete, n, what);
             status = ZC_ERR_TIMEOUT;
             goto out_abandon;
         }
-        if (zc_ucx_progress(comm) > 0) {
-            idle = 0;
-        } else if (++idle == ZC_UCX_IDLE_SPINS) {
-            idle = 0;
+        /* poll, yielding the core between empty rounds (ranks may share it), then sleep */
+        if (zc_ucx_progress(comm) > 0)
+            busy_ns = now;
+        else if (now - busy_ns < ZC_UCX_SPIN_NS ||
+                 zc_ucx_worker_sleep(&comm->worker, 1,
+                                     ZC_MIN(deadline - now, ZC_UCX_SLEEP_MAX_NS)) != ZC_OK)
             sched_yield();
-        }
     }
     comm->what = NULL;
     return ZC_OK;

@@ -126,6 +126,20 @@ int zc_ucx_worker_fd(const zc_ucx_worker_t *worker);
 #define ZC_UCX_SLEEP_MAX 4
 
 /*
+ * How a waiter waits (zc_ucx_waitall, and the collectives' waits): it polls
+ * (progress, sched_yield between rounds that found nothing) for ZC_UCX_SPIN_NS
+ * after the last round that moved something, then sleeps (zc_ucx_worker_sleep)
+ * for at most ZC_UCX_SLEEP_MAX_NS at a time. 0.5 ms: the gaps inside a call (a
+ * reply on its way, a peer's next chunk) are shorter and waking costs more
+ * than them; with 50 us, QSGD's all-gather of 64 MiB at 1 Gbit/s ran 6-13%
+ * slower than polling on a quiet machine, with 0.5 ms 2-6% (docs/results.md).
+ * 100 ms: well under the 1 s gap a collective forgives a caller that stayed
+ * away, and often enough for UCX's timers (keepalive).
+ */
+#define ZC_UCX_SPIN_NS 500000ull
+#define ZC_UCX_SLEEP_MAX_NS 100000000ull
+
+/*
  * Arms the @p n (1..ZC_UCX_SLEEP_MAX) workers and sleeps until one has an event
  * or @p timeout_ns passes (a signal may end it sooner). Returns ZC_OK after
  * sleeping; without sleeping, the first arm's ZC_INPROGRESS (events pending:
