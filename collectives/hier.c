@@ -826,14 +826,17 @@ static zc_status_t shm_round(zc_coll_op_t *op, hier_op_t *ho, uint64_t g,
     return ZC_OK;
 }
 
-/* Reduce-scatter, round ho->k: piece k of every shard into this rank's slot. */
+/*
+ * Reduce-scatter, round ho->k: piece k of every other rank's shard into this rank's slot (its
+ * own piece the owner reads from its sendbuf: scatter_read).
+ */
 static void scatter_write(zc_coll_op_t *op, hier_op_t *ho, unsigned char *buf)
 {
     const size_t piece_bytes = ho->piece * ho->esize;
     uint64_t t = zc_time_ns();
     for (int s = 0; s < ho->h->local_size; s++) {
         size_t n = piece_len(ho, s, ho->k, ho->piece);
-        if (n)
+        if (n && s != ho->h->local_rank)
             memcpy(buf + (size_t)s * piece_bytes,
                    (const unsigned char *)op->sendbuf +
                        (ho->off[s] + (size_t)ho->k * ho->piece) * ho->esize,
@@ -842,38 +845,54 @@ static void scatter_write(zc_coll_op_t *op, hier_op_t *ho, unsigned char *buf)
     zc_coll_account(&op->stats.encode_ns, t);
 }
 
-/* Reduce-scatter, round ho->k: this rank's shard's pieces summed in slot order. */
+/* Reduce-scatter, round ho->k: slot @p s's piece of this rank's shard; its own, in its sendbuf. */
+static const void *scatter_piece(const zc_coll_op_t *op, const hier_op_t *ho, int s, int which)
+{
+    const int me = ho->h->local_rank;
+    if (s == me)
+        return (const unsigned char *)op->sendbuf +
+               (ho->off[me] + (size_t)ho->k * ho->piece) * ho->esize;
+    return (const unsigned char *)zc_shm_buf(ho->h->shm, s, which) +
+           (size_t)me * ho->piece * ho->esize;
+}
+
+/*
+ * Reduce-scatter, round ho->k: this rank's shard's pieces summed in slot order (scatter_piece).
+ * The first two are added in one pass: in f32 the same sum, bit for bit, as a copy of the first
+ * and an add of the second.
+ */
 static void scatter_read(zc_coll_op_t *op, hier_op_t *ho, int which)
 {
-    zc_hier_t *h = ho->h;
-    const int L = h->local_size, me = h->local_rank;
-    const size_t at = (size_t)me * ho->piece * ho->esize;
+    const int L = ho->h->local_size, me = ho->h->local_rank;
     size_t n = piece_len(ho, me, ho->k, ho->piece);
     if (!n)
         return;
     if (ho->widen) {
-        /* in f32, in slot order; f32 input is copied and added exactly as the flat paths do */
+        /* in f32, in slot order; f32 input is added exactly as the flat paths do */
         float *acc = ho->acc + (size_t)ho->k * ho->piece;
-        for (int s = 0; s < L; s++) {
-            const void *src = (unsigned char *)zc_shm_buf(h->shm, s, which) + at;
-            if (s == 0)
-                zc_dtype_to_f32(op->dtype, src, n, acc);
-            else
-                zc_dtype_add_f32(op->dtype, src, n, acc);
+        int s = 1;
+        if (op->dtype == ZC_DTYPE_F32 && L > 1) {
+            zc_reduce_apply3(ZC_DTYPE_F32, ZC_OP_SUM, acc, scatter_piece(op, ho, 0, which),
+                             scatter_piece(op, ho, 1, which), n);
+            s = 2;
+        } else {
+            zc_dtype_to_f32(op->dtype, scatter_piece(op, ho, 0, which), n, acc);
         }
+        for (; s < L; s++)
+            zc_dtype_add_f32(op->dtype, scatter_piece(op, ho, s, which), n, acc);
         return;
     }
     unsigned char *dst =
         (unsigned char *)op->recvbuf + (ho->off[me] + (size_t)ho->k * ho->piece) * ho->esize;
+    const void *own = scatter_piece(op, ho, me, which);
     const zc_redop_t rop = op->op == ZC_OP_AVG ? ZC_OP_SUM : op->op;
-    const unsigned char *first = (unsigned char *)zc_shm_buf(h->shm, 0, which) + at;
-    if (L == 1)
-        memcpy(dst, first, n * ho->esize);
-    else
-        zc_reduce_apply3(op->dtype, rop, dst, first,
-                         (unsigned char *)zc_shm_buf(h->shm, 1, which) + at, n);
+    if (L == 1 && dst != own)
+        memcpy(dst, own, n * ho->esize);
+    else if (L > 1)
+        zc_reduce_apply3(op->dtype, rop, dst, scatter_piece(op, ho, 0, which),
+                         scatter_piece(op, ho, 1, which), n);
     for (int s = 2; s < L; s++)
-        zc_reduce_apply(op->dtype, rop, dst, (unsigned char *)zc_shm_buf(h->shm, s, which) + at, n);
+        zc_reduce_apply(op->dtype, rop, dst, scatter_piece(op, ho, s, which), n);
 }
 
 /* All-gather, round ho->k: piece k of this rank's (final) shard into its slot. */

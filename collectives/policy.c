@@ -591,7 +591,8 @@ double zc_policy_hier_cost(const zc_policy_hier_t *m, zc_hier_variant_t variant,
     const zc_redop_t inner_op = op == ZC_OP_AVG ? ZC_OP_SUM : op;
     const double R = m->local_ranks, n = (double)count;
     const double B = n * (double)zc_dtype_bytes(dtype), F = widen ? 4.0 * n : B;
-    const double scatter = B / m->shm_copy_bw + F / m->shm_add_bw;
+    /* each rank copies the other ranks' shards (its own it reads in place), the owner adds */
+    const double scatter = B * (R - 1.0) / R / m->shm_copy_bw + F / m->shm_add_bw;
     if (variant == ZC_HIER_SHARDS)
         return scatter + chosen_cost(&m->shared, NULL, ceil(n / R), inner_type, inner_op) +
                B / m->shm_copy_bw;

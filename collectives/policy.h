@@ -266,7 +266,7 @@ typedef struct zc_policy_hier {
 /*
  * Modelled seconds of @p variant for one call; INFINITY for a variant the
  * configuration does not allow. Shards: the shared-memory reduce-scatter
- * (B / copy + F / add), the all-reduce between hosts of F / R on @p shared
+ * (B (R - 1) / R / copy + F / add), the all-reduce between hosts of F / R on @p shared
  * (its policy's path), the all-gather (B / copy). Leader: the same
  * reduce-scatter, the shards gathered to the leader (F / copy), the
  * all-reduce of F on @p alone, the result stored and broadcast (2 B / copy).
