@@ -1159,13 +1159,20 @@ static size_t simd_kernels(simd_kernels_t out[2])
     return m;
 }
 
+/* simd_kernels; the test is skipped when this CPU has no SIMD level. */
+static size_t simd_kernels_or_skip(simd_kernels_t out[2])
+{
+    const size_t m = simd_kernels(out);
+    if (m == 0)
+        cr_skip_test("no SIMD level on this CPU");
+    return m;
+}
+
 /* The collect kernels alone, over odd lengths, offsets and thresholds, and their early stop. */
 Test(topk_kernels, collect_identical)
 {
     simd_kernels_t simd[2];
-    const size_t m = simd_kernels(simd);
-    if (m == 0)
-        cr_skip_test("no SIMD level on this CPU");
+    const size_t m = simd_kernels_or_skip(simd);
     const size_t n = 5000;
     float *x = gauss_new(n, 80);
     uint64_t *a = xmalloc((n + ZC_TOPK_COLLECT_SLACK) * sizeof(uint64_t));
@@ -1204,9 +1211,7 @@ Test(topk_kernels, collect_identical)
 Test(topk_kernels, bucket_identical)
 {
     simd_kernels_t simd[2];
-    const size_t m = simd_kernels(simd);
-    if (m == 0)
-        cr_skip_test("no SIMD level on this CPU");
+    const size_t m = simd_kernels_or_skip(simd);
     const size_t n = 5000;
     float *x = gauss_new(n, 83);
     for (size_t i = 0; i < n; i += 3)
@@ -1349,9 +1354,7 @@ Test(topk_kernels, ef_steps_identical_across_levels)
     const size_t n = 300000 + 13;
     zc_codec_params_t p = topk_params(0.01, ZC_TOPK_VALUES_F32);
     simd_kernels_t simd[2];
-    const size_t m = simd_kernels(simd);
-    if (m == 0)
-        cr_skip_test("no SIMD level on this CPU");
+    const size_t m = simd_kernels_or_skip(simd);
     zc_codec_state_t *ref = state_new(&p, n), *st[2] = {state_new(&p, n), state_new(&p, n)};
     float *x = xmalloc(n * sizeof(float));
     for (int t = 0; t < 3; t++) {
