@@ -68,7 +68,8 @@ usage() {
   --sizes LIST    message sizes, bytes of f32 with K/M/G suffixes ($sizes)
   --full          the issue's full sweep: 64K,256K,1M,4M,16M,64M,256M (about 2 h at 100mbit)
   --methods LIST  mpi raw fp16 bf16 qsgd8 qsgd4 qsgd2 topk gradiveq auto ($methods)
-  --algos LIST    fixed: every algorithm the codec runs; auto: ZIPCCL_ALGO=auto ($algos)
+  --algos LIST    fixed: every algorithm the codec runs; auto: ZIPCCL_ALGO=auto; or the
+                  fixed algorithms to run by name, e.g. allgather ($algos)
   --budget S      seconds of timed calls per measurement, at least 3 calls ($budget)
   --out DIR       results: <rate>.jsonl, results.json, results.md, logs (a new temporary dir)
   --plots DIR     where the PNGs go (--out)

@@ -15,13 +15,14 @@
  *   powersgd  ZIPCCL_CODEC=powersgd, rank 4, warm-up 1 call      its own algorithm (auto)
  *   auto      ZIPCCL_CODEC=auto ZIPCCL_ALGO=auto
  *
- *   cluster_rank [--sizes LIST] [--methods LIST] [--algos fixed,auto] [--budget S]
+ *   cluster_rank [--sizes LIST] [--methods LIST] [--algos fixed,auto|NAMES] [--budget S]
  *                [--min-iters N] [--max-iters N] [--topologies flat,shards,leader,auto]
  *                [--json FILE]
  *
- * --topologies runs every zipccl method with each ZIPCCL_TOPOLOGY given (default flat); the
- * records of the others carry the algorithm prefixed "hier-" (hierarchical) or the
- * topology's name and "-" (shards-, leader-, auto-). Under cluster.sh
+ * --algos names the fixed algorithms to run (e.g. allgather: the others are skipped), or fixed
+ * (every one the method runs) and auto. --topologies runs every zipccl method with each
+ * ZIPCCL_TOPOLOGY given (default flat); the records of the others carry the algorithm prefixed
+ * "hier-" (hierarchical) or the topology's name and "-" (shards-, leader-, auto-). Under cluster.sh
  * (ZC_CLUSTER_PREFIX set) ZIPCCL_HOST_ID is the rank's network namespace, so that the ranks of
  * one emulated host (--ranks-per-host) are grouped as one host and no others.
  *
@@ -78,6 +79,7 @@ typedef struct options {
     int nsizes;
     char methods[512];
     int fixed, autos; /* --algos: run the fixed algorithms, run ZIPCCL_ALGO=auto */
+    char only[128];   /* --algos naming algorithms (allgather, ...): run just those; "" all */
     double budget;
     int min_iters, max_iters;
     const char *json;
@@ -318,7 +320,7 @@ static const method_t *find_method(const char *name)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mpirun ... cluster_rank [--sizes 64K,1M,64M] [--methods mpi,raw,...]\n"
-               "                   [--algos fixed,auto] [--budget S] [--min-iters N]"
+               "                   [--algos fixed,auto|NAMES] [--budget S] [--min-iters N]"
                " [--max-iters N] [--topologies flat,shards,leader,auto] [--json FILE]\n"
                "  methods: mpi raw fp16 bf16 qsgd8 qsgd4 qsgd2 topk gradiveq powersgd auto\n");
 }
@@ -342,8 +344,10 @@ static int parse_args(int argc, char **argv, options_t *o)
         } else if (strcmp(a, "--algos") == 0) {
             o->fixed = strstr(v, "fixed") != NULL;
             o->autos = strstr(v, "auto") != NULL;
-            if (!o->fixed && !o->autos)
-                return -1;
+            if (!o->fixed && !o->autos) { /* algorithm names: the fixed ones named */
+                o->fixed = 1;
+                snprintf(o->only, sizeof(o->only), ",%s,", v);
+            }
         } else if (strcmp(a, "--budget") == 0) {
             if ((o->budget = atof(v)) <= 0)
                 return -1;
@@ -458,6 +462,10 @@ int main(int argc, char **argv)
                      o.fixed && o.autos ? "," : "", o.autos ? "auto" : "");
         char *save2 = NULL;
         for (char *algo = strtok_r(algos, ",", &save2); algo; algo = strtok_r(NULL, ",", &save2)) {
+            char token[80];
+            snprintf(token, sizeof(token), ",%s,", algo);
+            if (o.only[0] && !strstr(o.only, token))
+                continue;
             char topos[64], *save3 = NULL;
             snprintf(topos, sizeof(topos), "%s", m->codec ? o.topologies : "flat");
             for (char *topo = strtok_r(topos, ",", &save3); topo;

@@ -40,9 +40,20 @@ static uint64_t add_collect_scalar(const float *x, float *res, size_t n, uint64_
     return collect_blocks(x, res, n, first, thr, idx, cap);
 }
 
+static uint64_t bucket_scalar(const float *x, size_t n, uint32_t lo, uint32_t width, uint32_t *keys,
+                              uint64_t cap)
+{
+    uint64_t c = 0;
+
+    for (size_t i0 = 0; i0 < n && c <= cap; i0 += 64)
+        c = zc_topk_bucket_steps(x, i0, n - i0 < 64 ? n : i0 + 64, lo, width, keys, c);
+    return c;
+}
+
 const zc_topk_kernels_t zc_topk_kernels_scalar = {
     .collect = collect_scalar,
     .add_collect = add_collect_scalar,
+    .bucket = bucket_scalar,
 };
 
 const zc_topk_kernels_t *zc_topk_kernels(void)

@@ -66,7 +66,36 @@ static uint64_t add_collect_avx2(const float *x, float *res, size_t n, uint64_t 
     return collect_vectors(x, res, n, first, thr, idx, cap);
 }
 
+/* Eight keys per compare, the lanes in the range written one by one, as put_lanes. */
+static uint64_t bucket_avx2(const float *x, size_t n, uint32_t lo, uint32_t width, uint32_t *keys,
+                            uint64_t cap)
+{
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+    const __m256i l = _mm256_set1_epi32((int)lo);
+    const __m256i w1 = _mm256_set1_epi32((int)(width - 1));
+    uint64_t c = 0;
+    size_t i = 0;
+
+    if (width == 0)
+        return 0;
+    while (i + 64 <= n && c <= cap) {
+        for (unsigned u = 0; u < 64; u += 8, i += 8) {
+            __m256i key = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)), abs_mask);
+            /* key - lo <= width - 1 as unsigned: min(d, width - 1) == d */
+            __m256i d = _mm256_sub_epi32(key, l);
+            __m256i in = _mm256_cmpeq_epi32(_mm256_min_epu32(d, w1), d);
+            unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(in));
+            while (m) {
+                keys[c++] = zc_topk_key(x[i + (unsigned)__builtin_ctz(m)]);
+                m &= m - 1;
+            }
+        }
+    }
+    return c <= cap ? zc_topk_bucket_steps(x, i, n, lo, width, keys, c) : c;
+}
+
 const zc_topk_kernels_t zc_topk_kernels_avx2 = {
     .collect = collect_avx2,
     .add_collect = add_collect_avx2,
+    .bucket = bucket_avx2,
 };

@@ -63,7 +63,32 @@ static uint64_t add_collect_avx512(const float *x, float *res, size_t n, uint64_
     return collect_vectors(x, res, n, first, thr, idx, cap);
 }
 
+/*
+ * Sixteen keys per compare; the keys in the range are compressed and stored as
+ * a full vector, up to 16 entries past the count.
+ */
+static uint64_t bucket_avx512(const float *x, size_t n, uint32_t lo, uint32_t width, uint32_t *keys,
+                              uint64_t cap)
+{
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+    const __m512i l = _mm512_set1_epi32((int)lo);
+    const __m512i w = _mm512_set1_epi32((int)width);
+    uint64_t c = 0;
+    size_t i = 0;
+
+    while (i + 64 <= n && c <= cap) {
+        for (int u = 0; u < 4; u++, i += 16) {
+            __m512i key = _mm512_and_si512(_mm512_loadu_si512((const void *)(x + i)), abs_mask);
+            __mmask16 m = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(key, l), w);
+            _mm512_storeu_si512((void *)(keys + c), _mm512_maskz_compress_epi32(m, key));
+            c += (unsigned)__builtin_popcount(m);
+        }
+    }
+    return c <= cap ? zc_topk_bucket_steps(x, i, n, lo, width, keys, c) : c;
+}
+
 const zc_topk_kernels_t zc_topk_kernels_avx512 = {
     .collect = collect_avx512,
     .add_collect = add_collect_avx512,
+    .bucket = bucket_avx512,
 };

@@ -137,11 +137,15 @@ uint32_t zc_topk_radix_select(uint32_t *keys, size_t m, uint64_t k, uint64_t *ab
 /*
  * The k largest by one histogram pass over x for the top digit, then the radix
  * select on the keys of the bucket holding the k-th (a small fraction of them
- * unless the input is tied or narrow), then one pass that keeps every key above
- * the k-th and the first ties at it.
+ * unless the input is tied or narrow; gathered by the bucket kernel), then the
+ * collect kernel's positions of every key at or above the k-th, of which the
+ * ties past the first k - above are dropped: the first ties by index are kept.
+ * Those positions are as many as the keys above top's bucket and in it at most;
+ * beyond the kept-position buffer they go to a buffer of their own, and beyond
+ * n / 8 of them (a tied or narrow input) one scalar pass over x does both.
  */
-static zc_status_t select_exact(const float *x, uint64_t n, uint64_t k, uint64_t *idx,
-                                uint64_t *count_p)
+static zc_status_t select_exact(const zc_topk_kernels_t *kern, const float *x, uint64_t n,
+                                uint64_t k, uint64_t *idx, uint64_t *count_p)
 {
     uint64_t hist[DIGIT_BINS] = {0};
     uint64_t above = 0, kk = k, c = 0;
@@ -157,14 +161,15 @@ static zc_status_t select_exact(const float *x, uint64_t n, uint64_t k, uint64_t
     hist_digits(x, (size_t)n, DIGIT0_SHIFT, digit_mask(0), hist);
     const uint32_t top = hist_pick(hist, &kk, &above);
     const size_t m = (size_t)hist[top];
-    uint32_t *keys = malloc((m + 1) * sizeof(*keys)); /* + 1: the branch-free store below */
+    const uint64_t ge_max = above + m; /* keys at or above any key of top's bucket */
+    uint32_t *keys = malloc((m + ZC_TOPK_COLLECT_SLACK) * sizeof(*keys));
     if (!keys)
         return ZC_ERR_NO_MEMORY;
-    size_t w = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        uint32_t key = zc_topk_key(x[i]);
-        keys[w] = key;
-        w += (key >> DIGIT0_SHIFT) == top && w < m;
+    const uint64_t w =
+        kern->bucket(x, (size_t)n, top << DIGIT0_SHIFT, UINT32_C(1) << DIGIT0_SHIFT, keys, m);
+    if (w != m) { /* x changed since the histogram */
+        free(keys);
+        return ZC_ERR_INTERNAL;
     }
     uint64_t above_in = 0;
     const uint32_t kth = zc_topk_radix_select(keys, m, kk, &above_in);
@@ -173,17 +178,41 @@ static zc_status_t select_exact(const float *x, uint64_t n, uint64_t k, uint64_t
 
     /* zeros are never kept: with k-th key 0, only the nonzero keys (all above it) are */
     uint64_t ties = kth == 0 ? 0 : k - above;
-    for (uint64_t i = 0; i < n; i++) {
-        uint32_t key = zc_topk_key(x[i]);
-        if (ZC_UNLIKELY(key >= kth)) {
-            if (key == kth) {
-                if (ties == 0)
-                    continue;
-                ties--;
+    const uint64_t cap = zc_topk_max_kept(n, k);
+    if (ge_max > cap && ge_max > n / 8) {
+        for (uint64_t i = 0; i < n; i++) {
+            uint32_t key = zc_topk_key(x[i]);
+            if (ZC_UNLIKELY(key >= kth)) {
+                if (key == kth) {
+                    if (ties == 0)
+                        continue;
+                    ties--;
+                }
+                idx[c++] = i;
             }
-            idx[c++] = i;
         }
+        *count_p = c;
+        return ZC_OK;
     }
+    uint64_t *ge_idx = idx;
+    if (ge_max > cap) {
+        ge_idx = malloc((size_t)(ge_max + ZC_TOPK_COLLECT_SLACK) * sizeof(*ge_idx));
+        if (!ge_idx)
+            return ZC_ERR_NO_MEMORY;
+    }
+    const uint64_t ge = kern->collect(x, (size_t)n, 0, kth == 0 ? 1 : kth, ge_idx, ge_max);
+    for (uint64_t j = 0; j < ge && ge <= ge_max; j++) {
+        if (zc_topk_key(x[ge_idx[j]]) == kth) {
+            if (ties == 0)
+                continue;
+            ties--;
+        }
+        idx[c++] = ge_idx[j];
+    }
+    if (ge_idx != idx)
+        free(ge_idx);
+    if (ge > ge_max)
+        return ZC_ERR_INTERNAL; /* x changed since the histogram */
     *count_p = c;
     return ZC_OK;
 }
@@ -250,7 +279,7 @@ static zc_status_t select_impl(const float *x, float *res, uint64_t n, double de
     if (res && !added)
         kern->add_collect(x, res, (size_t)n, 0, UINT32_MAX, idx, 0);
     *path_p = ZC_TOPK_PATH_EXACT;
-    return select_exact(res ? res : x, n, k, idx, count_p);
+    return select_exact(kern, res ? res : x, n, k, idx, count_p);
 }
 
 zc_status_t zc_topk_select(const float *x, uint64_t n, double density, uint64_t *idx,

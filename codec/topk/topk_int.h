@@ -190,6 +190,14 @@ typedef struct zc_topk_kernels {
      */
     uint64_t (*add_collect)(const float *x, float *res, size_t n, uint64_t first, uint32_t thr,
                             uint64_t *idx, uint64_t cap);
+    /*
+     * The keys of exact selection's bucket: writes zc_topk_key(x[i]) for every
+     * i < n whose key lies in [lo, lo + width), in order, to keys. Stops early
+     * once more than cap are found; returns the number found (> cap when it
+     * stopped). keys has room for cap + ZC_TOPK_COLLECT_SLACK.
+     */
+    uint64_t (*bucket)(const float *x, size_t n, uint32_t lo, uint32_t width, uint32_t *keys,
+                       uint64_t cap);
 } zc_topk_kernels_t;
 
 extern const zc_topk_kernels_t zc_topk_kernels_scalar;
@@ -220,6 +228,18 @@ static inline uint64_t zc_topk_collect_steps(const float *x, float *res, size_t 
         }
         idx[c] = first + i;
         c += zc_topk_key(r) >= thr;
+    }
+    return c;
+}
+
+/* The steps of bucket for i in [i0, end), branch-free as above. Returns the count. */
+static inline uint64_t zc_topk_bucket_steps(const float *x, size_t i0, size_t end, uint32_t lo,
+                                            uint32_t width, uint32_t *keys, uint64_t c)
+{
+    for (size_t i = i0; i < end; i++) {
+        uint32_t key = zc_topk_key(x[i]);
+        keys[c] = key;
+        c += key - lo < width;
     }
     return c;
 }

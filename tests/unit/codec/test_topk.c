@@ -477,16 +477,16 @@ Test(topk_select, exact_matches_qsort)
     static const size_t sizes[] = {1, 2, 3, 7, 17, 100, 1001, 4099, 65537};
     static const double dens[] = {1e-9, 0.01, 0.1, 0.37, 0.5, 1.0};
     size_t runs = 0;
-    for (size_t a = 0; a < sizeof(sizes) / sizeof(sizes[0]); a++) {
+    /* kinds: Gaussian with some ties and zeros; small integers, tied throughout (cluster_rank's) */
+    for (size_t a = 0; a < 2 * sizeof(sizes) / sizeof(sizes[0]); a++) {
         for (size_t d = 0; d < sizeof(dens) / sizeof(dens[0]); d++) {
-            const size_t n = sizes[a];
+            const size_t n = sizes[a / 2];
             if (zc_topk_sample_size(n, dens[d]) > 0 && zc_topk_target(n, dens[d]) < n)
                 continue; /* sampled: not an exact count */
             runs++;
             float *x = gauss_new(n, 100 + a);
-            /* some ties and zeros too */
-            for (size_t i = 0; i < n; i += 5)
-                x[i] = (i / 5) % 3 ? 0.5f : 0.0f;
+            for (size_t i = 0; i < n; i += a % 2 ? 1 : 5)
+                x[i] = a % 2 ? (float)((i * 7) % 61) - 30.0f : (i / 5) % 3 ? 0.5f : 0.0f;
             zc_codec_params_t p = topk_params(dens[d], ZC_TOPK_VALUES_F32);
             zc_codec_state_t *s = state_new(&p, n);
             payload_t pl = step(&p, s, ZC_DTYPE_F32, x, n);
@@ -1159,13 +1159,20 @@ static size_t simd_kernels(simd_kernels_t out[2])
     return m;
 }
 
+/* simd_kernels; the test is skipped when this CPU has no SIMD level. */
+static size_t simd_kernels_or_skip(simd_kernels_t out[2])
+{
+    const size_t m = simd_kernels(out);
+    if (m == 0)
+        cr_skip_test("no SIMD level on this CPU");
+    return m;
+}
+
 /* The collect kernels alone, over odd lengths, offsets and thresholds, and their early stop. */
 Test(topk_kernels, collect_identical)
 {
     simd_kernels_t simd[2];
-    const size_t m = simd_kernels(simd);
-    if (m == 0)
-        cr_skip_test("no SIMD level on this CPU");
+    const size_t m = simd_kernels_or_skip(simd);
     const size_t n = 5000;
     float *x = gauss_new(n, 80);
     uint64_t *a = xmalloc((n + ZC_TOPK_COLLECT_SLACK) * sizeof(uint64_t));
@@ -1188,6 +1195,49 @@ Test(topk_kernels, collect_identical)
             if (ca > 10) {
                 cr_assert_gt(zc_topk_kernels_scalar.collect(x, n, 0, key_of(thr[t]), a, 10), 10);
                 cr_assert_gt(kv->collect(x, n, 0, key_of(thr[t]), b, 10), 10);
+            }
+        }
+    }
+    free(a);
+    free(b);
+    free(x);
+}
+
+/*
+ * The bucket kernels (exact selection's keys of one top digit) against the
+ * reference: odd lengths and offsets, buckets empty, narrow and holding most
+ * keys, integers with many ties, and a cap below the count.
+ */
+Test(topk_kernels, bucket_identical)
+{
+    simd_kernels_t simd[2];
+    const size_t m = simd_kernels_or_skip(simd);
+    const size_t n = 5000;
+    float *x = gauss_new(n, 83);
+    for (size_t i = 0; i < n; i += 3)
+        x[i] = (float)((i * 7) % 61) - 30.0f; /* ties */
+    uint32_t *a = xmalloc((n + ZC_TOPK_COLLECT_SLACK) * sizeof(uint32_t));
+    uint32_t *b = xmalloc((n + ZC_TOPK_COLLECT_SLACK) * sizeof(uint32_t));
+    /* [lo, lo + width): top digits of 0.5..1, 1..2, 28..32 and 2^-126.., a narrow range, none */
+    const uint32_t lo[] = {key_of(0.5f), key_of(1.0f), key_of(28.0f), 0, key_of(30.0f), 0};
+    const uint32_t width[] = {1u << 21, 1u << 23, 1u << 21, 1u << 30, 1, 0};
+    for (size_t k = 0; k < m; k++) {
+        const zc_topk_kernels_t *kv = simd[k].kern;
+        for (size_t r = 0; r < sizeof(lo) / sizeof(lo[0]); r++) {
+            for (size_t len = 0; len < 300; len += 7) {
+                uint64_t ca = zc_topk_kernels_scalar.bucket(x + 3, len, lo[r], width[r], a, n);
+                uint64_t cb = kv->bucket(x + 3, len, lo[r], width[r], b, n);
+                cr_assert_eq(ca, cb, "level %d range %zu length %zu", (int)simd[k].level, r, len);
+                cr_assert_arr_eq(a, b, ca * sizeof(uint32_t));
+            }
+            uint64_t ca = zc_topk_kernels_scalar.bucket(x, n, lo[r], width[r], a, n);
+            cr_assert_eq(kv->bucket(x, n, lo[r], width[r], b, n), ca, "range %zu", r);
+            cr_assert_arr_eq(a, b, ca * sizeof(uint32_t));
+            for (uint64_t j = 0; j < ca; j++)
+                cr_assert(a[j] - lo[r] < width[r], "range %zu: key %u outside", r, a[j]);
+            if (ca > 10) {
+                cr_assert_gt(zc_topk_kernels_scalar.bucket(x, n, lo[r], width[r], a, 10), 10);
+                cr_assert_gt(kv->bucket(x, n, lo[r], width[r], b, 10), 10);
             }
         }
     }
@@ -1304,9 +1354,7 @@ Test(topk_kernels, ef_steps_identical_across_levels)
     const size_t n = 300000 + 13;
     zc_codec_params_t p = topk_params(0.01, ZC_TOPK_VALUES_F32);
     simd_kernels_t simd[2];
-    const size_t m = simd_kernels(simd);
-    if (m == 0)
-        cr_skip_test("no SIMD level on this CPU");
+    const size_t m = simd_kernels_or_skip(simd);
     zc_codec_state_t *ref = state_new(&p, n), *st[2] = {state_new(&p, n), state_new(&p, n)};
     float *x = xmalloc(n * sizeof(float));
     for (int t = 0; t < 3; t++) {
