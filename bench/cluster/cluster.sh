@@ -206,6 +206,13 @@ shape() {
 }
 
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+# The emulated hosts share the machine's cores, which real hosts do not: a rank that busy-polls
+# (Open MPI inside MPI_Allreduce and in the barrier before every timed call) holds a core that
+# another host's rank needs until the scheduler's tick (4 ms at HZ=250) takes it away, and every
+# small call's median then sat on a multiple of about 4 ms, Open MPI's and zipccl's alike. Open
+# MPI's setting for oversubscribed nodes makes its idle polling yield the core. 0 measures the
+# spinning (docs/results.md, "Idle polling that yields").
+export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
 echo "# cluster: $hosts hosts ($prefix, $net.0/24), rates $rates, latency ${latency:-0}," \
     "sizes $sizes, results in $out"
 ip netns add "${prefix}sw"
