@@ -61,7 +61,7 @@ static void allgather_fini(zc_coll_op_t *op)
     free(ag->recvs);
     free(ag->sends);
     free(ag->chunks);
-    free(ag->scratch);
+    zc_coll_defer_free(op, ag->scratch);
     free(ag);
     op->priv = NULL;
 }
@@ -108,13 +108,13 @@ static zc_status_t plan(zc_coll_op_t *op, allgather_t *ag)
     }
     if (ag->stride > SIZE_MAX / (size_t)ag->n)
         return ZC_ERR_NO_MEMORY;
-    ag->payloads = malloc(ag->stride * (size_t)ag->n);
+    ag->payloads = zc_coll_alloc(op, ag->stride * (size_t)ag->n);
     ag->recvs = calloc((size_t)ag->n * nchunks, sizeof(*ag->recvs)); /* zeroed: ZC_OK */
     ag->sends = calloc((size_t)ag->n * nchunks, sizeof(*ag->sends));
     if (!ag->payloads || !ag->recvs || !ag->sends)
         return ZC_ERR_NO_MEMORY;
     if (op->dtype != ZC_DTYPE_F32) {
-        ag->scratch = malloc(max_len * sizeof(float));
+        ag->scratch = zc_coll_alloc(op, max_len * sizeof(float));
         if (!ag->scratch)
             return ZC_ERR_NO_MEMORY;
     }

@@ -53,6 +53,9 @@ typedef struct zc_coll_abort zc_coll_abort_t;
 #define ZC_COLL_STEP_BITS 16
 #define ZC_COLL_CHUNK_BITS 16
 #define ZC_COLL_MAX_STEP ((1u << ZC_COLL_STEP_BITS) - 2) /* the last step value is the header's */
+/* Large buffers a communicator keeps between calls (zc_coll_alloc), and the least size kept. */
+#define ZC_COLL_BUFS 8
+#define ZC_COLL_BUF_MIN ((size_t)1 << 20)
 #define ZC_COLL_MAX_CHUNKS (1u << ZC_COLL_CHUNK_BITS)
 #define ZC_COLL_HEADER_STEP ((1u << ZC_COLL_STEP_BITS) - 1)
 /* Bytes of the call header each rank sends every peer before an op's data (op.c). */
@@ -164,6 +167,13 @@ struct zc_comm {
     /* buffers UCX may still touch after a failure: freed at destroy */
     void **graveyard;
     size_t graveyard_len, graveyard_cap;
+
+    /* large buffers of finished calls, kept for the next ones (zc_coll_alloc) */
+    struct zc_coll_buf {
+        void *ptr;
+        size_t cap;
+        int lent; /* an op holds it */
+    } bufs[ZC_COLL_BUFS];
 };
 
 /* The tag of (@p step, @p chunk) of @p op: step < ZC_COLL_MAX_STEP, chunk < ZC_COLL_MAX_CHUNKS. */
@@ -232,8 +242,20 @@ void zc_coll_abort_flush(zc_comm_t *comm);
 /* Abandons @p n requests still in flight (after a failure); completed ones are left alone. */
 void zc_coll_abandon(zc_coll_op_t *op, zc_ucx_req_t *reqs, size_t n);
 
-/* Frees @p ptr now when @p op succeeded, else when the communicator is destroyed. */
+/*
+ * Frees @p ptr now when @p op succeeded (a buffer zc_coll_alloc lent goes back to the
+ * communicator), else when the communicator is destroyed.
+ */
 void zc_coll_defer_free(zc_coll_op_t *op, void *ptr);
+
+/*
+ * A buffer of @p bytes for @p op (uninitialised, like malloc; NULL without memory), to be given
+ * back with zc_coll_defer_free. From ZC_COLL_BUF_MIN bytes on, the communicator keeps up to
+ * ZC_COLL_BUFS of them between calls and lends the smallest that fits: a fresh block of that
+ * size comes from mmap, and the page faults of its first touch cost a 64 MiB QSGD call more than
+ * its work (docs/results.md, "Idle polling that yields"). zc_comm_destroy frees them.
+ */
+void *zc_coll_alloc(zc_coll_op_t *op, size_t bytes);
 
 /*
  * Writes the f32 accumulator @p acc (@p count values) to @p op's recvbuf at

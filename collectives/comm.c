@@ -154,6 +154,8 @@ static void comm_free(zc_comm_t *comm)
     for (size_t i = 0; i < comm->graveyard_len; i++)
         free(comm->graveyard[i]);
     free(comm->graveyard);
+    for (int i = 0; i < ZC_COLL_BUFS; i++)
+        free(comm->bufs[i].ptr);
     zc_bootstrap_destroy(comm->bs);
     free(comm->stats_file);
     free(comm->cfg_strings);

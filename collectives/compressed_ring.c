@@ -110,7 +110,7 @@ static void cring_fini(zc_coll_op_t *op)
     free(cr->rs_done);
     free(cr->ag_done);
     free(cr->parts);
-    free(cr->scratch);
+    zc_coll_defer_free(op, cr->scratch);
     free(cr);
     op->priv = NULL;
 }
@@ -190,13 +190,13 @@ static zc_status_t plan(zc_coll_op_t *op, cring_t *cr)
             ZC_CHECK(grow(&ag_bytes, part(cr, seg(cr, cr->rank - (long)s), c)->cap));
         }
     }
-    cr->own = malloc(own_bytes);
-    cr->rs_in = malloc(ZC_MAX(rs_bytes, 1));
-    cr->ag_in = malloc(ZC_MAX(ag_bytes, 1));
+    cr->own = zc_coll_alloc(op, own_bytes);
+    cr->rs_in = zc_coll_alloc(op, ZC_MAX(rs_bytes, 1));
+    cr->ag_in = zc_coll_alloc(op, ZC_MAX(ag_bytes, 1));
     if (!cr->own || !cr->rs_in || !cr->ag_in)
         return ZC_ERR_NO_MEMORY;
     if (op->dtype != ZC_DTYPE_F32) {
-        cr->scratch = malloc(ZC_MAX(max_len, 1) * sizeof(float));
+        cr->scratch = zc_coll_alloc(op, ZC_MAX(max_len, 1) * sizeof(float));
         if (!cr->scratch)
             return ZC_ERR_NO_MEMORY;
     }
@@ -233,9 +233,9 @@ static zc_status_t scales_start(zc_coll_op_t *op, cring_t *cr)
     for (size_t p = 0; p < cr->nparts; p++)
         cr->sc_pos[p + 1] = cr->sc_pos[p] + zc_codec_shared_scales(params, cr->parts[p].len);
     size_t total = ZC_MAX(cr->sc_pos[cr->nparts], 1);
-    cr->scales = malloc(total * sizeof(float));
-    cr->shared = malloc(total * sizeof(float));
-    cr->sc_in = malloc(total * sizeof(float));
+    cr->scales = zc_coll_alloc(op, total * sizeof(float));
+    cr->shared = zc_coll_alloc(op, total * sizeof(float));
+    cr->sc_in = zc_coll_alloc(op, total * sizeof(float));
     if (!cr->scales || !cr->shared || !cr->sc_in)
         return ZC_ERR_NO_MEMORY;
 

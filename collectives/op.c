@@ -527,10 +527,50 @@ static void graveyard_add(zc_comm_t *comm, void *ptr)
     comm->graveyard[comm->graveyard_len++] = ptr;
 }
 
+void *zc_coll_alloc(zc_coll_op_t *op, size_t bytes)
+{
+    struct zc_coll_buf *fit = NULL, *spare = NULL;
+
+    if (bytes < ZC_COLL_BUF_MIN)
+        return malloc(bytes ? bytes : 1);
+    for (int i = 0; i < ZC_COLL_BUFS; i++) {
+        struct zc_coll_buf *b = &op->comm->bufs[i];
+        if (b->lent)
+            continue;
+        if (b->ptr && b->cap >= bytes && (!fit || b->cap < fit->cap))
+            fit = b;
+        /* an empty slot, else the smallest idle block makes room */
+        if (!spare || (spare->ptr && (!b->ptr || b->cap < spare->cap)))
+            spare = b;
+    }
+    if (fit) {
+        fit->lent = 1;
+        return fit->ptr;
+    }
+    if (!spare) /* every slot lent: this one is not kept */
+        return malloc(bytes);
+    free(spare->ptr);
+    spare->ptr = malloc(bytes);
+    spare->cap = spare->ptr ? bytes : 0;
+    spare->lent = spare->ptr != NULL;
+    return spare->ptr;
+}
+
 void zc_coll_defer_free(zc_coll_op_t *op, void *ptr)
 {
     if (!ptr)
         return;
+    for (int i = 0; i < ZC_COLL_BUFS; i++) {
+        struct zc_coll_buf *b = &op->comm->bufs[i];
+        if (b->ptr != ptr)
+            continue;
+        b->lent = 0;
+        if (op->status >= 0)
+            return;    /* kept for the next call */
+        b->ptr = NULL; /* UCX may still write into it: the slot lets it go */
+        b->cap = 0;
+        break;
+    }
     if (op->status >= 0)
         free(ptr);
     else

@@ -98,8 +98,8 @@ static void scatter_fini(zc_coll_op_t *op)
     free(sc->parts);
     free(sc->in_pos);
     free(sc->owner_cs);
-    free(sc->sum);
-    free(sc->scratch);
+    zc_coll_defer_free(op, sc->sum);
+    zc_coll_defer_free(op, sc->scratch);
     free(sc);
     op->priv = NULL;
 }
@@ -180,13 +180,13 @@ static zc_status_t plan(zc_coll_op_t *op, scatter_t *sc)
     }
     if (sc->in_stride > SIZE_MAX / n)
         return ZC_ERR_NO_MEMORY;
-    sc->out = malloc(out_bytes);
-    sc->in = malloc(sc->in_stride * n);
-    sc->fin = malloc(out_bytes);
+    sc->out = zc_coll_alloc(op, out_bytes);
+    sc->in = zc_coll_alloc(op, sc->in_stride * n);
+    sc->fin = zc_coll_alloc(op, out_bytes);
     if (!sc->out || !sc->in || !sc->fin)
         return ZC_ERR_NO_MEMORY;
     if (!sc->reduce_mode && n > 1) {
-        sc->sum = malloc(ZC_MAX(own_max, 1) * sizeof(float));
+        sc->sum = zc_coll_alloc(op, ZC_MAX(own_max, 1) * sizeof(float));
         if (!sc->sum)
             return ZC_ERR_NO_MEMORY;
         for (size_t c = 0; c < nchunks && op->tstate; c++)
@@ -194,7 +194,7 @@ static zc_status_t plan(zc_coll_op_t *op, scatter_t *sc)
                                 "the re-encode of shard", (size_t)sc->rank, c, &sc->owner_cs[c]));
     }
     if (op->dtype != ZC_DTYPE_F32) {
-        sc->scratch = malloc(ZC_MAX(max_len, 1) * sizeof(float));
+        sc->scratch = zc_coll_alloc(op, ZC_MAX(max_len, 1) * sizeof(float));
         if (!sc->scratch)
             return ZC_ERR_NO_MEMORY;
     }
