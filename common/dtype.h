@@ -17,7 +17,8 @@ size_t zc_dtype_size(zc_dtype_t dtype);
 /* Converts @p count values of @p dtype (F32, F16 or BF16) at @p src to f32 at @p dst. */
 void zc_dtype_to_f32(zc_dtype_t dtype, const void *src, size_t count, float *dst);
 
-/* Adds @p count values of @p dtype (F32, F16 or BF16) at @p src into the f32 @p dst. */
+/* Adds @p count values of @p dtype (F32, F16 or BF16) at @p src into the f32 @p dst (distinct
+ * buffers, or @p src == @p dst). */
 void zc_dtype_add_f32(zc_dtype_t dtype, const void *src, size_t count, float *dst);
 
 #endif

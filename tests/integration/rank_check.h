@@ -40,6 +40,23 @@ static void capture_sink(void *arg, zc_log_level_t level, const char *file, int 
     fprintf(stderr, "rank %d: %s: %s\n", my_rank, zc_log_level_name(level), msg);
 }
 
+/*
+ * A rank's start: my_rank set, its log captured, @p count small integers (rank + 1) * (i %
+ * @p period) in a new *@p in (every sum exact, in f16 too) and room for as many in *@p out.
+ * 0, or 1 (reported) without memory.
+ */
+static inline int rank_start(int rank, size_t count, int period, float **in, float **out)
+{
+    my_rank = rank;
+    zc_log_set_sink(capture_sink, NULL);
+    *in = malloc(count * sizeof(float));
+    *out = malloc(count * sizeof(float));
+    CHECK(*in && *out, "no memory for 2 x %zu values", count);
+    for (size_t i = 0; i < count; i++)
+        (*in)[i] = (float)((rank + 1) * (int)(i % (size_t)period));
+    return 0;
+}
+
 /* @p len zeroed bytes shared with the processes forked after this, or NULL (reported). */
 static inline void *shared_map(size_t len)
 {

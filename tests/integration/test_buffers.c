@@ -40,13 +40,10 @@ static int rank_main(int rank, int size, void *arg)
 {
     (void)arg;
     zc_comm_t *comm;
-    float *in = malloc(COUNT * sizeof(float)), *out = malloc(COUNT * sizeof(float));
+    float *in, *out;
 
-    my_rank = rank;
-    zc_log_set_sink(capture_sink, NULL);
-    CHECK(in && out, "no memory");
-    for (size_t i = 0; i < COUNT; i++)
-        in[i] = (float)((rank + 1) * (int)(i % 5)); /* small integers: fp16 and the sums exact */
+    if (rank_start(rank, COUNT, 5, &in, &out))
+        return 1;
     memset(out, 0, COUNT * sizeof(float));
     zc_harness_step("zc_comm_init");
     zc_status_t status = zc_comm_init(&comm);

@@ -71,13 +71,10 @@ static int rank_main(int rank, int size, void *arg)
 {
     const int nonblocking = arg != NULL;
     zc_comm_t *comm;
-    float *in = malloc(COUNT * sizeof(float)), *out = malloc(COUNT * sizeof(float));
+    float *in, *out;
 
-    my_rank = rank;
-    zc_log_set_sink(capture_sink, NULL);
-    CHECK(in && out, "no memory");
-    for (size_t i = 0; i < COUNT; i++)
-        in[i] = (float)((rank + 1) * (int)(i % 7)); /* small integers: every sum is exact */
+    if (rank_start(rank, COUNT, 7, &in, &out))
+        return 1;
     hier_set_host(rank, size);
     zc_harness_step("zc_comm_init");
     zc_status_t status = zc_comm_init(&comm);
@@ -156,16 +153,13 @@ static int round_rank(int rank, int size, void *arg)
 {
     const int cpu = *(const int *)arg;
     zc_comm_t *comm;
-    float *in = malloc(ROUND_COUNT * sizeof(float)), *out = malloc(ROUND_COUNT * sizeof(float));
+    float *in, *out;
     double t[ROUND_CALLS];
 
     (void)size;
-    my_rank = rank;
-    zc_log_set_sink(capture_sink, NULL);
-    CHECK(in && out, "no memory");
+    if (rank_start(rank, ROUND_COUNT, 5, &in, &out))
+        return 1;
     CHECK(pin_to(cpu) == 0, "sched_setaffinity to CPU %d failed", cpu);
-    for (size_t i = 0; i < ROUND_COUNT; i++)
-        in[i] = (float)(i % 5);
     zc_harness_step("zc_comm_init");
     zc_status_t status = zc_comm_init(&comm);
     CHECK(status == ZC_OK, "zc_comm_init: %s", zc_status_string(status));
