@@ -978,6 +978,12 @@ static void bcast_read(zc_coll_op_t *op, hier_op_t *ho, int which)
     memcpy(&op->path, buf + HIER_BUF_BYTES - HIER_PATH_BYTES, sizeof(op->path));
 }
 
+/* The global rank of the cross communicator's rank @p r; -1 for none (r < 0 or out of range). */
+static int cross_global(const zc_hier_t *h, int r)
+{
+    return r >= 0 && r < h->nodes ? h->cross_ranks[r] : -1;
+}
+
 /*
  * The inter-host all-reduce, in place, on this local rank's communicator between hosts: of its
  * shard (shards), or, on the leader, of the whole host sum (leader), with the link the cross
@@ -1006,8 +1012,7 @@ static zc_status_t cross_step(zc_coll_op_t *op, hier_op_t *ho)
     /* the child has a deadline of its own; this op waits for it */
     op->deadline_ns = zc_time_ns() + (uint64_t)op->comm->cfg.timeout_s * 1000000000ull;
     if (!zc_op_done(ho->child)) {
-        int w = ho->child->waiting_for;
-        op->waiting_for = w >= 0 && w < h->nodes ? h->cross_ranks[w] : -1;
+        op->waiting_for = cross_global(h, ho->child->waiting_for);
         return ZC_INPROGRESS;
     }
     zc_coll_op_t *child = ho->child;
@@ -1020,8 +1025,7 @@ static zc_status_t cross_step(zc_coll_op_t *op, hier_op_t *ho)
     if (status == ZC_OK) {
         op->path = child->path; /* the statistics show the codec that crossed the network */
     } else {
-        int culprit =
-            child->culprit >= 0 && child->culprit < h->nodes ? h->cross_ranks[child->culprit] : -1;
+        int culprit = cross_global(h, child->culprit);
         char blame[32] = "", what[48];
         if (culprit >= 0)
             snprintf(blame, sizeof(blame), ", blamed on rank %d", culprit);
